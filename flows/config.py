@@ -1,0 +1,463 @@
+"""Settings: environment variables, optionally on top of a YAML file (ES_SINK_CONFIG).
+
+The environment variable names are a public contract. A YAML file uses the same names in
+lower case plus `transforms:` (a list) and `kafka_config:` / `es_index_map:` (maps); the
+environment overrides the file. Every invalid value raises `ConfigError` naming the setting.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flows.errors import ConfigError
+
+KAFKA_CONFIG_PREFIX = "KAFKA_CONFIG_"
+SCHEMA_REGISTRY_CONFIG_PREFIX = "SCHEMA_REGISTRY_CONFIG_"
+
+VALUE_FORMATS = ("json", "connect-json", "string", "bytes", "avro", "json-schema", "protobuf")
+REGISTRY_FORMATS = ("avro", "json-schema", "protobuf")
+WRITE_METHODS = ("index", "create", "upsert")
+NULL_VALUE_POLICIES = ("ignore", "delete", "dlq", "fail")
+NULL_KEY_POLICIES = ("coordinates", "dlq")
+
+
+class Secret(str):
+    """A string that never shows itself in repr, logs or tracebacks."""
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    def reveal(self) -> str:
+        """The value, for the one place that sends it to a server."""
+        return str.__str__(self)
+
+    def __str__(self) -> str:
+        return "***"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the flow needs, parsed and checked once at start."""
+
+    # -- source
+    topics: tuple[str, ...] = ()
+    topics_regex: str | None = None
+    bootstrap_servers: str = "127.0.0.1:9092"
+    group_id: str = "es-sink"
+    auto_offset_reset: str = "earliest"
+    stop_at_end: bool = False
+    consume_batch_size: int = 1000
+    kafka_config: Mapping[str, str] = field(default_factory=dict)
+    # -- decode
+    value_format: str = "json"
+    key_format: str = "string"
+    value_field: str = "message"
+    schema_registry_url: str | None = None
+    schema_registry_config: Mapping[str, str] = field(default_factory=dict)
+    # -- transforms: YAML entries (dicts) and `python:` import strings, in order
+    transforms: tuple[Mapping[str, Any], ...] = ()
+    # -- dead letters and error policy
+    dlq_topic: str | None = None
+    errors_tolerance: str = "none"
+    dlq_stacktrace: bool = False
+    dlq_max_consecutive: int = 0
+    dlq_max_ratio: float = 0.0
+    dlq_ratio_min_records: int = 1000
+    on_null_value: str = "ignore"
+    on_null_key: str = "coordinates"
+    # -- Elasticsearch
+    es_hosts: tuple[str, ...] = ("http://127.0.0.1:9200",)
+    es_index: str = "{topic}"
+    es_index_map: Mapping[str, str] = field(default_factory=dict)
+    es_sink_partitions: int = 0
+    write_method: str = "index"
+    doc_id: str = "key"
+    version: str = "none"
+    es_routing: str | None = None
+    es_pipeline: str | None = None
+    es_data_stream: bool = False
+    es_timestamp_field: str | None = None
+    es_index_template_file: str | None = None
+    es_username: str | None = None
+    es_password: Secret | None = None
+    es_api_key: Secret | None = None
+    es_bearer_token: Secret | None = None
+    es_ca_certs: str | None = None
+    es_ssl_fingerprint: str | None = None
+    es_verify_certs: bool = True
+    es_cloud_id: str | None = None
+    es_compress: bool = False
+    es_request_timeout_s: float = 60.0
+    bulk_max_actions: int = 5000
+    bulk_max_bytes: int = 8 * 1024 * 1024
+    bulk_linger_ms: int = 1000
+    es_retry_initial_ms: int = 100
+    es_retry_max_ms: int = 10_000
+    es_retry_budget_s: float = 0.0
+    """0 means retry an unreachable or overloaded Elasticsearch forever (the flow stalls)."""
+
+    @property
+    def doc_id_field(self) -> str | None:
+        """The dotted path of DOC_ID=field:<path>, else None."""
+        return self.doc_id.split(":", 1)[1] if self.doc_id.startswith("field:") else None
+
+    @property
+    def version_header(self) -> str | None:
+        """The header name of VERSION=header:<name>, else None."""
+        return self.version.split(":", 1)[1] if self.version.startswith("header:") else None
+
+    @property
+    def external_versioning(self) -> bool:
+        """True when writes carry `version_type=external`."""
+        return self.version != "none"
+
+    def librdkafka(self, **overrides: Any) -> dict[str, Any]:
+        """The librdkafka configuration: bootstrap servers, pass-through settings, overrides."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_config, **overrides}
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read ES_SINK_CONFIG (if set) and the environment; raise ConfigError if invalid."""
+        env = dict(os.environ if environ is None else environ)
+        raw: dict[str, Any] = {}
+        if path := env.get("ES_SINK_CONFIG"):
+            raw.update(_read_yaml(path))
+        raw.update({k: v for k, v in env.items() if k in _ENV_NAMES or _is_prefixed(k)})
+        return _parse(raw)
+
+
+def _is_prefixed(name: str) -> bool:
+    return name.startswith((KAFKA_CONFIG_PREFIX, SCHEMA_REGISTRY_CONFIG_PREFIX))
+
+
+# Settings read from the environment, by name; the YAML file uses the same names in lower
+# case. Maps and lists that only YAML can express are listed in _YAML_ONLY.
+_ENV_NAMES = {
+    "KAFKA_TOPICS", "KAFKA_TOPICS_REGEX", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_GROUP_ID",
+    "KAFKA_AUTO_OFFSET_RESET", "KAFKA_STOP_AT_END", "KAFKA_CONSUME_BATCH_SIZE",
+    "VALUE_FORMAT", "KEY_FORMAT", "VALUE_FIELD", "SCHEMA_REGISTRY_URL", "TRANSFORMS",
+    "DLQ_TOPIC", "ERRORS_TOLERANCE", "DLQ_STACKTRACE", "DLQ_MAX_CONSECUTIVE", "DLQ_MAX_RATIO",
+    "DLQ_RATIO_MIN_RECORDS", "ON_NULL_VALUE", "ON_NULL_KEY",
+    "ES_HOSTS", "ES_INDEX", "ES_INDEX_MAP", "ES_SINK_PARTITIONS", "WRITE_METHOD", "DOC_ID",
+    "VERSION", "ES_ROUTING", "ES_PIPELINE", "ES_DATA_STREAM", "ES_TIMESTAMP_FIELD",
+    "ES_INDEX_TEMPLATE_FILE", "ES_USERNAME", "ES_PASSWORD", "ES_API_KEY", "ES_BEARER_TOKEN",
+    "ES_CA_CERTS", "ES_SSL_FINGERPRINT", "ES_VERIFY_CERTS", "ES_CLOUD_ID", "ES_COMPRESS",
+    "ES_REQUEST_TIMEOUT_S", "BULK_MAX_ACTIONS", "BULK_MAX_BYTES", "BULK_LINGER_MS",
+    "ES_RETRY_INITIAL_MS", "ES_RETRY_MAX_MS", "ES_RETRY_BUDGET_S",
+}  # fmt: skip
+_YAML_ONLY = {"KAFKA_CONFIG", "SCHEMA_REGISTRY_CONFIG"}
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        msg = f"ES_SINK_CONFIG: cannot read {path}: {e.strerror}"
+        raise ConfigError(msg) from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        msg = f"ES_SINK_CONFIG: {path} is not valid YAML: {e}"
+        raise ConfigError(msg) from None
+    if not isinstance(data, dict):
+        msg = f"ES_SINK_CONFIG: {path} must hold a mapping of settings"
+        raise ConfigError(msg)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).upper()
+        if name not in _ENV_NAMES and name not in _YAML_ONLY:
+            msg = f"{key}: unknown setting in {path}"
+            raise ConfigError(msg)
+        out[name] = value
+    return out
+
+
+class _Reader:
+    """Typed access to raw settings; every error names the setting."""
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self.raw = raw
+
+    def _get(self, name: str) -> Any:
+        value = self.raw.get(name)
+        if isinstance(value, str):
+            value = value.strip()
+            if value == "":
+                return None
+        return value
+
+    def fail(self, name: str, problem: str) -> ConfigError:
+        return ConfigError(f"{name}: {problem}")
+
+    def text(self, name: str, default: str | None = None) -> str | None:
+        value = self._get(name)
+        return default if value is None else str(value)
+
+    def req_str(self, name: str, default: str) -> str:
+        value = self.text(name, default)
+        assert value is not None
+        return value
+
+    def integer(self, name: str, default: int, minimum: int = 0) -> int:
+        value = self._get(name)
+        if value is None:
+            return default
+        try:
+            out = int(value)
+        except (TypeError, ValueError):
+            raise self.fail(name, f"expected a whole number, got {value!r}") from None
+        if out < minimum:
+            raise self.fail(name, f"must be at least {minimum}, got {out}")
+        return out
+
+    def number(self, name: str, default: float, minimum: float = 0.0) -> float:
+        value = self._get(name)
+        if value is None:
+            return default
+        try:
+            out = float(value)
+        except (TypeError, ValueError):
+            raise self.fail(name, f"expected a number, got {value!r}") from None
+        if out < minimum:
+            raise self.fail(name, f"must be at least {minimum}, got {out}")
+        return out
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self._get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool):
+            return value
+        text = str(value).lower()
+        if text in ("true", "1", "yes", "on"):
+            return True
+        if text in ("false", "0", "no", "off"):
+            return False
+        raise self.fail(name, f"expected true or false, got {value!r}")
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.req_str(name, default).lower()
+        if value not in choices:
+            raise self.fail(name, f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def items(self, name: str) -> tuple[str, ...]:
+        value = self._get(name)
+        if value is None:
+            return ()
+        items = value if isinstance(value, list) else str(value).split(",")
+        return tuple(s for s in (str(i).strip() for i in items) if s)
+
+    def mapping(self, name: str) -> dict[str, str]:
+        """A map from YAML, or `a:b,c:d` from the environment."""
+        value = self._get(name)
+        if value is None:
+            return {}
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+        out = {}
+        for pair in str(value).split(","):
+            k, sep, v = pair.partition(":")
+            if not sep or not k.strip() or not v.strip():
+                raise self.fail(
+                    name, f"expected topic:index pairs separated by commas, got {pair!r}"
+                )
+            out[k.strip()] = v.strip()
+        return out
+
+    def prefixed(self, yaml_name: str, prefix: str) -> dict[str, str]:
+        """`<prefix>SECURITY_PROTOCOL=x` → `security.protocol: x`, over the YAML map."""
+        out = self.mapping(yaml_name)
+        for key, value in self.raw.items():
+            if key.startswith(prefix) and key != yaml_name:
+                out[key[len(prefix) :].lower().replace("_", ".")] = str(value)
+        return out
+
+    def secret(self, name: str) -> Secret | None:
+        value = self.text(name)
+        return None if value is None else Secret(value)
+
+
+def _parse(raw: Mapping[str, Any]) -> Settings:
+    r = _Reader(raw)
+    topics = r.items("KAFKA_TOPICS")
+    topics_regex = r.text("KAFKA_TOPICS_REGEX")
+    if not topics and not topics_regex:
+        raise r.fail(
+            "KAFKA_TOPICS", "required (comma-separated topic names), or set KAFKA_TOPICS_REGEX"
+        )
+    if topics and topics_regex:
+        raise r.fail(
+            "KAFKA_TOPICS_REGEX", "set either KAFKA_TOPICS or KAFKA_TOPICS_REGEX, not both"
+        )
+    if topics_regex:
+        try:
+            re.compile(topics_regex)
+        except re.error as e:
+            raise r.fail("KAFKA_TOPICS_REGEX", f"invalid regular expression: {e}") from None
+
+    bootstrap = r.req_str("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    for server in bootstrap.split(","):
+        host, sep, port = server.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise r.fail(
+                "KAFKA_BOOTSTRAP_SERVERS", f"expected host:port[,host:port], got {server!r}"
+            )
+
+    kafka_config = r.prefixed("KAFKA_CONFIG", KAFKA_CONFIG_PREFIX)
+    for reserved in ("group.id", "enable.auto.commit", "bootstrap.servers"):
+        if reserved in kafka_config:
+            raise r.fail(
+                f"KAFKA_CONFIG_{reserved.upper().replace('.', '_')}",
+                "is managed by the flow; use the dedicated setting "
+                "(KAFKA_GROUP_ID, KAFKA_BOOTSTRAP_SERVERS) instead",
+            )
+
+    value_format = r.choice("VALUE_FORMAT", "json", VALUE_FORMATS)
+    key_format = r.choice("KEY_FORMAT", "string", VALUE_FORMATS)
+    registry_url = r.text("SCHEMA_REGISTRY_URL")
+    for name, fmt in (("VALUE_FORMAT", value_format), ("KEY_FORMAT", key_format)):
+        if fmt in REGISTRY_FORMATS and not registry_url:
+            raise r.fail("SCHEMA_REGISTRY_URL", f"required when {name}={fmt}")
+
+    transforms: list[Mapping[str, Any]] = []
+    yaml_transforms = raw.get("TRANSFORMS")
+    if isinstance(yaml_transforms, list):
+        for i, entry in enumerate(yaml_transforms):
+            if not isinstance(entry, dict) or ("type" not in entry and "python" not in entry):
+                raise r.fail(f"transforms[{i}]", "each entry needs a `type:` or a `python:` key")
+            transforms.append(entry)
+    else:
+        transforms.extend({"python": s} for s in r.items("TRANSFORMS"))
+
+    errors_tolerance = r.choice("ERRORS_TOLERANCE", "none", ("none", "all"))
+    dlq_topic = r.text("DLQ_TOPIC")
+    if errors_tolerance == "all" and not dlq_topic:
+        raise r.fail("DLQ_TOPIC", "required when ERRORS_TOLERANCE=all (dead letters go there)")
+    on_null_value = r.choice("ON_NULL_VALUE", "ignore", NULL_VALUE_POLICIES)
+    on_null_key = r.choice("ON_NULL_KEY", "coordinates", NULL_KEY_POLICIES)
+    for name, policy in (("ON_NULL_VALUE", on_null_value), ("ON_NULL_KEY", on_null_key)):
+        if policy == "dlq" and not dlq_topic:
+            raise r.fail("DLQ_TOPIC", f"required when {name}=dlq")
+
+    hosts = r.items("ES_HOSTS") or ("http://127.0.0.1:9200",)
+    for host in hosts:
+        if not re.match(r"^https?://[^/\s]+", host):
+            raise r.fail("ES_HOSTS", f"expected http(s)://host:port URLs, got {host!r}")
+
+    write_method = r.choice("WRITE_METHOD", "index", WRITE_METHODS)
+    doc_id = r.req_str("DOC_ID", "key")
+    if doc_id not in ("key", "coordinates", "none") and not re.fullmatch(r"field:[^\s]+", doc_id):
+        raise r.fail(
+            "DOC_ID", f"expected key, coordinates, none or field:<dotted.path>, got {doc_id!r}"
+        )
+    version = r.req_str("VERSION", "none")
+    if version not in ("none", "offset") and not re.fullmatch(r"header:[^\s]+", version):
+        raise r.fail("VERSION", f"expected none, offset or header:<name>, got {version!r}")
+    if version != "none" and write_method == "upsert":
+        raise r.fail("VERSION", "external versioning cannot be combined with WRITE_METHOD=upsert")
+    if version != "none" and doc_id == "none":
+        raise r.fail("VERSION", "external versioning needs document ids (DOC_ID is none)")
+    if write_method == "upsert" and doc_id == "none":
+        raise r.fail("WRITE_METHOD", "upsert needs document ids (DOC_ID is none)")
+    data_stream = r.flag("ES_DATA_STREAM", False)
+    if data_stream and write_method != "create":
+        if "WRITE_METHOD" in raw:
+            raise r.fail("WRITE_METHOD", "data streams accept only create (ES_DATA_STREAM=true)")
+        write_method = "create"
+
+    es_index = r.req_str("ES_INDEX", "{topic}")
+    _check_index_template("ES_INDEX", es_index)
+    index_map = r.mapping("ES_INDEX_MAP")
+    for topic, index in index_map.items():
+        _check_index_template(f"ES_INDEX_MAP[{topic}]", index)
+
+    username, password = r.text("ES_USERNAME"), r.secret("ES_PASSWORD")
+    if bool(username) != bool(password):
+        raise r.fail(
+            "ES_PASSWORD" if username else "ES_USERNAME",
+            "basic auth needs both ES_USERNAME and ES_PASSWORD",
+        )
+    api_key, bearer = r.secret("ES_API_KEY"), r.secret("ES_BEARER_TOKEN")
+    if sum(x is not None for x in (password, api_key, bearer)) > 1:
+        raise r.fail("ES_API_KEY", "choose one of basic auth, ES_API_KEY or ES_BEARER_TOKEN")
+    template_file = r.text("ES_INDEX_TEMPLATE_FILE")
+    if template_file and not Path(template_file).is_file():
+        raise r.fail("ES_INDEX_TEMPLATE_FILE", f"no such file: {template_file}")
+
+    retry_initial = r.integer("ES_RETRY_INITIAL_MS", 100, minimum=1)
+    retry_max = r.integer("ES_RETRY_MAX_MS", 10_000, minimum=1)
+    if retry_max < retry_initial:
+        raise r.fail("ES_RETRY_MAX_MS", "must not be below ES_RETRY_INITIAL_MS")
+    max_ratio = r.number("DLQ_MAX_RATIO", 0.0)
+    if max_ratio > 1:
+        raise r.fail("DLQ_MAX_RATIO", f"a share between 0 and 1 (0 = off), got {max_ratio}")
+
+    return Settings(
+        topics=topics,
+        topics_regex=topics_regex,
+        bootstrap_servers=bootstrap,
+        group_id=r.req_str("KAFKA_GROUP_ID", "es-sink"),
+        auto_offset_reset=r.choice("KAFKA_AUTO_OFFSET_RESET", "earliest", ("earliest", "latest")),
+        stop_at_end=r.flag("KAFKA_STOP_AT_END", False),
+        consume_batch_size=r.integer("KAFKA_CONSUME_BATCH_SIZE", 1000, minimum=1),
+        kafka_config=kafka_config,
+        value_format=value_format,
+        key_format=key_format,
+        value_field=r.req_str("VALUE_FIELD", "message"),
+        schema_registry_url=registry_url,
+        schema_registry_config=r.prefixed("SCHEMA_REGISTRY_CONFIG", SCHEMA_REGISTRY_CONFIG_PREFIX),
+        transforms=tuple(transforms),
+        dlq_topic=dlq_topic,
+        errors_tolerance=errors_tolerance,
+        dlq_stacktrace=r.flag("DLQ_STACKTRACE", False),
+        dlq_max_consecutive=r.integer("DLQ_MAX_CONSECUTIVE", 0),
+        dlq_max_ratio=max_ratio,
+        dlq_ratio_min_records=r.integer("DLQ_RATIO_MIN_RECORDS", 1000, minimum=1),
+        on_null_value=on_null_value,
+        on_null_key=on_null_key,
+        es_hosts=hosts,
+        es_index=es_index,
+        es_index_map=index_map,
+        es_sink_partitions=r.integer("ES_SINK_PARTITIONS", 0),
+        write_method=write_method,
+        doc_id=doc_id,
+        version=version,
+        es_routing=r.text("ES_ROUTING"),
+        es_pipeline=r.text("ES_PIPELINE"),
+        es_data_stream=data_stream,
+        es_timestamp_field=r.text("ES_TIMESTAMP_FIELD"),
+        es_index_template_file=template_file,
+        es_username=username,
+        es_password=password,
+        es_api_key=api_key,
+        es_bearer_token=bearer,
+        es_ca_certs=r.text("ES_CA_CERTS"),
+        es_ssl_fingerprint=r.text("ES_SSL_FINGERPRINT"),
+        es_verify_certs=r.flag("ES_VERIFY_CERTS", True),
+        es_cloud_id=r.text("ES_CLOUD_ID"),
+        es_compress=r.flag("ES_COMPRESS", False),
+        es_request_timeout_s=r.number("ES_REQUEST_TIMEOUT_S", 60.0, minimum=0.1),
+        bulk_max_actions=r.integer("BULK_MAX_ACTIONS", 5000, minimum=1),
+        bulk_max_bytes=r.integer("BULK_MAX_BYTES", 8 * 1024 * 1024, minimum=1024),
+        bulk_linger_ms=r.integer("BULK_LINGER_MS", 1000),
+        es_retry_initial_ms=retry_initial,
+        es_retry_max_ms=retry_max,
+        es_retry_budget_s=r.number("ES_RETRY_BUDGET_S", 0.0),
+    )
+
+
+def _check_index_template(name: str, template: str) -> None:
+    from flows.naming import IndexTemplate
+
+    try:
+        IndexTemplate(template)
+    except ValueError as e:
+        raise ConfigError(f"{name}: {e}") from None

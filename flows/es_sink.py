@@ -1,0 +1,27 @@
+"""Entry point: `python -m bytewax.run flows.es_sink` (settings from the environment).
+
+A configuration error ends the process here with one line naming the setting.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from flows import shutdown
+from flows.config import Settings
+from flows.errors import ConfigError
+from flows.pipeline import build_flow
+
+if not logging.getLogger().handlers:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+try:
+    _settings = Settings.load()
+except ConfigError as _e:
+    sys.exit(f"es_sink: configuration error: {_e}")
+
+shutdown.install()
+flow = build_flow(_settings)

@@ -1,0 +1,73 @@
+"""The dataflow: Kafka → decode → transforms → route → Elasticsearch (and dead letters).
+
+`build_flow` is the Python API for users who make their own flow module:
+
+    # mycompany/flow.py, run with: python -m bytewax.run mycompany.flow
+    from flows.pipeline import build_flow
+    from flows.record import Doc
+
+    def tag(doc: Doc) -> Doc:
+        doc.source["team"] = "payments"
+        return doc
+
+    flow = build_flow(transforms=[tag])
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+import bytewax.operators as op
+from bytewax.dataflow import Dataflow
+
+from flows.config import Settings
+from flows.process import Processor, is_documents
+from flows.source import KafkaSource
+from flows.transforms import Transform
+from sinks.dead_letter import DeadLetterSink
+from sinks.elasticsearch import ElasticsearchSink
+
+MIN_PARTITIONS = 8
+
+
+def build_flow(
+    settings: Settings | None = None,
+    transforms: Sequence[Transform] = (),
+    flow_id: str = "es_sink",
+) -> Dataflow:
+    """Describe the dataflow; nothing connects until Bytewax runs it.
+
+    Args:
+        settings: parsed settings; read from the environment (and ES_SINK_CONFIG) if None.
+        transforms: Python transforms run after the configured ones, in order.
+        flow_id: the Bytewax dataflow id (recovery stores are keyed by step ids under it).
+    """
+    settings = settings or Settings.load()
+    parts = settings.es_sink_partitions or default_partitions()
+    flow = Dataflow(flow_id)
+    messages = op.input("kafka", flow, KafkaSource(settings))
+    processed = op.flat_map_batch("process", messages, Processor(settings, transforms, parts))
+    routed = op.branch("route", processed, is_documents)
+    op.output("elasticsearch", routed.trues, ElasticsearchSink(settings, parts))
+    if settings.dlq_topic:
+        op.output("dead-letters", routed.falses, DeadLetterSink(settings, parts))
+    else:
+        # Without a topic the error policy stops the flow before any dead letter exists;
+        # should one appear anyway, fail rather than drop it.
+        op.raises("no-dead-letter-topic", routed.falses)
+    return flow
+
+
+def default_partitions() -> int:
+    """At least the total worker count of this run, and at least MIN_PARTITIONS."""
+    workers, processes = 1, 1
+    run_args = getattr(sys.modules.get("__main__"), "kwargs", None)  # bytewax.run's parsed args
+    if isinstance(run_args, dict):
+        workers = run_args.get("workers_per_process") or 1
+        processes = len(run_args.get("addresses") or [None])
+    else:
+        workers = int(os.environ.get("BYTEWAX_WORKERS_PER_PROCESS") or 1)
+        processes = len((os.environ.get("BYTEWAX_ADDRESSES") or "x").split(";"))
+    return max(MIN_PARTITIONS, workers * processes)

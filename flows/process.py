@@ -1,0 +1,155 @@
+"""Decode, transform and encode one batch of Kafka records; failures become dead letters.
+
+This is the per-record hot path, so it runs once per batch (`op.flat_map_batch`): the
+decoders, transforms and action builder are compiled on the first batch, counters are
+bumped once per batch, and each document leaves as bytes already encoded for `_bulk`,
+grouped by sink partition so the exchange to the sink moves one item per partition.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Sequence
+from typing import Any, cast
+
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
+
+from flows import metrics
+from flows.config import Settings
+from flows.decode import DecodeError, build_decoder
+from flows.errors import RecordFailedError
+from flows.policy import ErrorPolicy
+from flows.record import DeadLetter, Doc, Record
+from flows.transforms import Transform, apply_transforms, build_transforms
+from sinks.actions import Action, ActionBuilder, ActionError
+
+Routed = tuple[str, Any]
+"""`(sink partition number, list[Action])` for Elasticsearch or `(number, DeadLetter)`."""
+
+
+class Processor:
+    """The `flat_map_batch` mapper: Kafka messages in, routed chunks and dead letters out."""
+
+    def __init__(
+        self, settings: Settings, transforms: Sequence[Transform], partitions: int
+    ) -> None:
+        self._settings = settings
+        self._user_transforms = list(transforms)
+        self._partitions = partitions
+        self._lock = threading.Lock()
+        self._ready = False
+
+    def _build(self) -> None:
+        # Built on first use, at run time, so the flow description stays free of I/O.
+        s = self._settings
+        self._value = build_decoder(s, "value")
+        self._key = build_decoder(s, "key")
+        self._transforms = build_transforms(s.transforms) + self._user_transforms
+        self._actions = ActionBuilder(s)
+        self._policy = ErrorPolicy(s, "decode/transform")
+        self._null_value = s.on_null_value
+        self._trace = s.dlq_stacktrace
+        self._ready = True
+
+    def __call__(self, batch: list[Message]) -> list[Routed]:
+        """Process one batch in order; see the module docstring."""
+        if not self._ready:
+            with self._lock:
+                if not self._ready:
+                    self._build()
+        decode_value, decode_key = self._value, self._key
+        transforms, build = self._transforms, self._actions.build
+        n_parts = self._partitions
+        chunks: dict[int, list[Action]] = {}
+        failures: list[DeadLetter] = []
+        routed: list[DeadLetter] = []
+        ok = trailing = skipped = 0
+        for msg in cast(list[Any], batch):  # Message getters are typed Optional
+            ts_type, ts = msg.timestamp()
+            headers = msg.headers()
+            rec = Record(
+                msg.topic(),
+                msg.partition(),
+                msg.offset(),
+                None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts,
+                msg.key(),
+                msg.value(),
+                tuple(headers) if headers else (),
+            )
+            try:
+                key = None if rec.key is None else decode_key(rec)
+                if rec.value is None:
+                    tomb = self._tombstone(rec, key)
+                    if tomb is None:
+                        skipped += 1
+                        continue
+                    if isinstance(tomb, DeadLetter):  # ON_NULL_VALUE=dlq: routed, not a failure
+                        routed.append(tomb)
+                        continue
+                    doc = tomb
+                else:
+                    doc = Doc(rec, decode_value(rec), key)
+            except DecodeError as e:
+                failures.append(DeadLetter.from_exception(rec, "deserialize", e, self._trace))
+                trailing += 1
+                continue
+            if transforms:
+                try:
+                    docs = apply_transforms(transforms, doc)
+                except Exception as e:
+                    failures.append(DeadLetter.from_exception(rec, "transform", e, self._trace))
+                    trailing += 1
+                    continue
+                if not docs:
+                    skipped += 1
+                    continue
+            else:
+                docs = [doc]
+            try:
+                actions = [build(d) for d in docs]
+            except ActionError as e:
+                failures.append(DeadLetter.from_exception(rec, "index", e, self._trace))
+                trailing += 1
+                continue
+            for action in actions:
+                part = (
+                    zlib.crc32(action.id.encode()) % n_parts
+                    if action.id is not None
+                    else rec.partition % n_parts
+                )
+                chunk = chunks.get(part)
+                if chunk is None:
+                    chunks[part] = [action]
+                else:
+                    chunk.append(action)
+            ok += 1
+            trailing = 0
+        metrics.RECORDS_IN.inc(len(batch))
+        if skipped:
+            metrics.SKIPPED.labels("dropped").inc(skipped)
+        if failures or ok:
+            self._policy.check(ok, failures, trailing)
+        out: list[Routed] = [(str(p), c) for p, c in chunks.items()]
+        out.extend((str(f.record.partition % n_parts), f) for f in failures)
+        out.extend((str(f.record.partition % n_parts), f) for f in routed)
+        return out
+
+    def _tombstone(self, rec: Record, key: Any) -> Doc | DeadLetter | None:
+        policy = self._null_value
+        if policy == "ignore":
+            return None
+        if policy == "delete":
+            return Doc(rec, None, key, delete=True)
+        if policy == "fail":
+            raise RecordFailedError(
+                f"{rec.topic}/{rec.partition}@{rec.offset}",
+                "deserialize",
+                "null value (ON_NULL_VALUE=fail)",
+            )
+        return DeadLetter(rec, "deserialize", "NullValue", "null value (ON_NULL_VALUE=dlq)")
+
+
+def is_documents(item: Routed) -> bool:
+    """Route predicate: True for Elasticsearch chunks, False for dead letters."""
+    return type(item[1]) is list

@@ -1,0 +1,217 @@
+"""Kafka source: one partition per Kafka partition, resumable, committing offsets that lag.
+
+Offsets live in Bytewax recovery snapshots (with `-r`). The consumer group's committed
+offsets are the fallback start position and what lag monitoring reads, so they must never
+run ahead of what is durable in Elasticsearch or the dead-letter topic. Bytewax has no
+"epoch is durable" hook, so a partition remembers the offset it snapshotted at the end of
+epoch e and commits it on its first `next_batch()` of epoch e+1: Bytewax calls that only
+once the whole dataflow (both sinks flush inside `snapshot()`) has finished epoch e.
+
+The same rule ends the flow cleanly: at the end offsets (KAFKA_STOP_AT_END) or after
+SIGTERM/SIGINT, a partition stops reading, waits until its last offset is committed that
+way, and only then raises StopIteration.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from flows import metrics, shutdown
+from flows.config import Settings
+from flows.errors import ConfigError, PipelineError
+
+logger = logging.getLogger(__name__)
+
+_SEP = "/"  # never legal in a topic name, so `topic/partition` splits unambiguously
+_IDLE_WAKE = timedelta(milliseconds=20)
+
+
+class KafkaSourceError(PipelineError):
+    """The broker reported a non-retriable error for a partition."""
+
+
+class KafkaSource(FixedPartitionedSource[Message, int]):
+    """Every partition of KAFKA_TOPICS (or KAFKA_TOPICS_REGEX); items are confluent Messages."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings  # no I/O here: this object is part of the flow description
+
+    def list_parts(self) -> list[str]:
+        """Ask the broker for the partitions of the configured topics."""
+        s = self._settings
+        admin = AdminClient(s.librdkafka())
+        try:
+            meta = admin.list_topics(timeout=30)
+        except KafkaException as e:
+            msg = f"KAFKA_BOOTSTRAP_SERVERS: cannot reach Kafka at {s.bootstrap_servers}: {e}"
+            raise ConfigError(msg) from None
+        if s.topics_regex:
+            pattern = re.compile(s.topics_regex)
+            topics = sorted(t for t in meta.topics if pattern.fullmatch(t))
+            if not topics:
+                msg = f"KAFKA_TOPICS_REGEX: no topic matches {s.topics_regex!r}"
+                raise ConfigError(msg)
+        else:
+            missing = [t for t in s.topics if t not in meta.topics]
+            if missing:
+                msg = f"KAFKA_TOPICS: no topic {', '.join(missing)} on {s.bootstrap_servers}"
+                raise ConfigError(msg)
+            topics = list(s.topics)
+        return [f"{t}{_SEP}{p}" for t in topics for p in sorted(meta.topics[t].partitions)]
+
+    def build_part(
+        self, step_id: str, for_part: str, resume_state: int | None
+    ) -> KafkaSourcePartition:
+        """Open a consumer for one partition, positioned per recovery state or group offset."""
+        topic, _, partition = for_part.rpartition(_SEP)
+        return KafkaSourcePartition(self._settings, topic, int(partition), resume_state)
+
+
+class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
+    """Reads one Kafka partition; its snapshot is the next offset to read."""
+
+    def __init__(
+        self, settings: Settings, topic: str, partition: int, resume_offset: int | None
+    ) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._batch_size = settings.consume_batch_size
+        self._stop_at_end = settings.stop_at_end
+        self._awake: datetime | None = None
+        self._consumer = Consumer(
+            settings.librdkafka(
+                **{
+                    "group.id": settings.group_id,
+                    "enable.auto.commit": "false",
+                    "enable.auto.offset.store": "false",
+                    "auto.offset.reset": settings.auto_offset_reset,
+                    "enable.partition.eof": "false",
+                    "on_commit": _log_commit_errors,
+                }
+            )
+        )
+        tp = TopicPartition(topic, partition)
+        low, high = self._consumer.get_watermark_offsets(tp, timeout=30)
+        committed = self._consumer.committed([tp], timeout=30)[0].offset
+        self._committed: int | None = committed if committed >= 0 else None
+        if resume_offset is not None:
+            start, origin = resume_offset, "recovery snapshot"
+        elif self._committed is not None:
+            start, origin = self._committed, f"group {settings.group_id} committed offset"
+        else:
+            reset = low if settings.auto_offset_reset == "earliest" else high
+            start, origin = reset, f"auto.offset.reset={settings.auto_offset_reset}"
+        if start < low:
+            logger.warning(
+                "source %s/%d: offset %d (%s) is gone (retention); the earliest is %d",
+                topic, partition, start, origin, low,
+            )  # fmt: skip
+            start = low
+        self._next = start
+        self._end = high
+        self._pending: int | None = None
+        self._consumer.assign([TopicPartition(topic, partition, self._next)])
+        logger.info(
+            "source partition %s/%d starts at offset %d (%s); log end %d",
+            topic, partition, self._next, origin, high,
+        )  # fmt: skip
+        self._lag = metrics.CONSUMER_LAG.labels(topic, str(partition))
+
+    # -- Bytewax calls
+
+    def next_batch(self) -> list[Message]:
+        """Commit what the previous epoch made durable, then read what is ready (never blocks)."""
+        if self._pending is not None:
+            self._commit(self._pending, final=self._finishing())
+        if self._finishing():
+            if self._committed == self._next:
+                raise StopIteration
+            self._awake = datetime.now(UTC) + _IDLE_WAKE
+            return []
+        msgs = self._consumer.consume(self._batch_size, 0)
+        if not msgs:
+            self._awake = datetime.now(UTC) + _IDLE_WAKE
+            return []
+        self._awake = None
+        good = msgs
+        for m in msgs:
+            if m.error() is not None:
+                good = [m for m in msgs if self._check(m)]
+                break
+        if good:
+            self._next = cast(int, good[-1].offset()) + 1
+        return good
+
+    def next_awake(self) -> datetime | None:
+        """Sleep briefly when idle instead of spinning on an empty partition."""
+        return self._awake
+
+    def snapshot(self) -> int:
+        """The next offset to read; committed to the group once this epoch is durable."""
+        if self._next != self._committed:
+            self._pending = self._next
+        high = self._consumer.get_watermark_offsets(
+            TopicPartition(self._topic, self._partition), cached=True
+        )
+        if high is not None and high[1] >= 0:
+            self._lag.set(max(high[1] - self._next, 0))
+        return self._next
+
+    def close(self) -> None:
+        """Leave without committing: only next_batch commits, after the epoch is durable."""
+        self._consumer.close()
+
+    # -- helpers
+
+    def _finishing(self) -> bool:
+        return shutdown.requested() or (self._stop_at_end and self._next >= self._end)
+
+    def _commit(self, offset: int, final: bool) -> None:
+        tp = TopicPartition(self._topic, self._partition, offset)
+        if final:
+            # The last commit before stopping must land, or a restart replays the tail.
+            _retry(lambda: self._consumer.commit(offsets=[tp], asynchronous=False))
+        else:
+            self._consumer.commit(offsets=[tp], asynchronous=True)
+        self._committed = offset
+        self._pending = None
+
+    def _check(self, msg: Message) -> bool:
+        err = msg.error()
+        if err is None:
+            return True
+        if err.code() == KafkaError._PARTITION_EOF or err.retriable():
+            logger.warning("source %s/%d: %s (retrying)", self._topic, self._partition, err)
+            return False
+        msg_ = f"source {self._topic}/{self._partition}: {err}"
+        raise KafkaSourceError(msg_)
+
+
+def _log_commit_errors(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+    if err is not None:
+        logger.warning("offset commit failed (the next epoch retries it): %s", err)
+        return
+    for tp in partitions:
+        if tp.error is not None:
+            logger.warning("offset commit failed for %s/%d: %s", tp.topic, tp.partition, tp.error)
+
+
+def _retry(call: Callable[[], Any], attempts: int = 10) -> None:
+    for attempt in range(attempts):
+        try:
+            call()
+            return
+        except KafkaException as e:
+            if attempt == attempts - 1:
+                raise
+            logger.warning("offset commit failed, retrying: %s", e)
+            time.sleep(min(0.2 * 2**attempt, 5))

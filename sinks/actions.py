@@ -1,0 +1,168 @@
+"""How a document becomes a bulk action: index, id, version, routing, and the NDJSON bytes.
+
+Everything that does not depend on the record (operation, templates, id strategy) is
+decided once in `ActionBuilder.__init__`; `build()` does the per-record remainder and
+encodes the action and source lines with orjson, so the sink only concatenates bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from flows.config import Settings
+from flows.naming import IndexTemplate
+from flows.record import Doc, Record
+
+
+class ActionError(ValueError):
+    """This record cannot become a bulk action (no id, bad version...): dead-letter it."""
+
+
+@dataclass(slots=True)
+class Action:
+    """One encoded bulk action with the record it came from (for dead letters)."""
+
+    id: str | None
+    data: bytes
+    record: Record
+
+
+class ActionBuilder:
+    """Turns transformed `Doc`s into encoded bulk `Action`s per the sink settings."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._op = {"index": "index", "create": "create", "upsert": "update"}[settings.write_method]
+        self._upsert = settings.write_method == "upsert"
+        self._default_index = IndexTemplate(settings.es_index)
+        self._index_map = {t: IndexTemplate(i) for t, i in settings.es_index_map.items()}
+        self._id_mode = "field" if settings.doc_id_field else settings.doc_id
+        self._id_path = _split(settings.doc_id_field)
+        self._null_key_dlq = settings.on_null_key == "dlq"
+        self._version_offset = settings.version == "offset"
+        self._version_header = settings.version_header
+        routing = settings.es_routing
+        self._routing_key = routing == "key"
+        self._routing_path = (
+            _split(routing.split(":", 1)[1]) if routing and ":" in routing else None
+        )
+        self._pipeline = settings.es_pipeline
+        self._data_stream = settings.es_data_stream
+        self._ts_path = _split(settings.es_timestamp_field)
+
+    def build(self, doc: Doc) -> Action:
+        """Encode `doc`; raise ActionError when the record cannot be indexed as configured."""
+        rec = doc.record
+        meta: dict[str, Any] = {"_index": doc.index or self.index_for(rec)}
+        doc_id = doc.id if doc.id is not None else self._derive_id(doc)
+        if doc_id is not None:
+            meta["_id"] = doc_id
+        routing = doc.routing if doc.routing is not None else self._derive_routing(doc)
+        if routing is not None:
+            meta["routing"] = routing
+        if self._pipeline and not doc.delete:
+            meta["pipeline"] = self._pipeline
+        if self._version_offset:
+            meta["version"] = rec.offset
+            meta["version_type"] = "external"
+        elif self._version_header is not None:
+            meta["version"] = self._header_version(rec)
+            meta["version_type"] = "external"
+        if doc.delete:
+            if doc_id is None:
+                msg = "a delete needs a document id"
+                raise ActionError(msg)
+            return Action(doc_id, orjson.dumps({"delete": meta}) + b"\n", rec)
+        source = doc.source
+        if source is None:
+            msg = "the document is empty (no source) and is not a delete"
+            raise ActionError(msg)
+        if self._data_stream and "@timestamp" not in source:
+            source["@timestamp"] = self._timestamp(doc)
+        if self._upsert:
+            source = {"doc": source, "doc_as_upsert": True}
+        try:
+            body = orjson.dumps(source)
+        except TypeError as e:  # a transform put a non-JSON value in the document
+            msg = f"document is not JSON-serializable: {e}"
+            raise ActionError(msg) from None
+        return Action(doc_id, orjson.dumps({self._op: meta}) + b"\n" + body + b"\n", rec)
+
+    def index_for(self, rec: Record) -> str:
+        """The configured index for a record: ES_INDEX_MAP for its topic, else ES_INDEX."""
+        template = self._index_map.get(rec.topic, self._default_index)
+        return template.render(rec.topic, rec.timestamp)
+
+    def _derive_id(self, doc: Doc) -> str | None:
+        mode = self._id_mode
+        if mode == "key":
+            if doc.key is None:
+                if self._null_key_dlq:
+                    msg = "the record has no key (DOC_ID=key, ON_NULL_KEY=dlq)"
+                    raise ActionError(msg)
+                return doc.record.coordinates
+            return _as_id(doc.key)
+        if mode == "coordinates":
+            return doc.record.coordinates
+        if mode == "field":
+            value = _lookup(doc.source, self._id_path)
+            if value is None:
+                msg = f"document id field {'.'.join(self._id_path)} is missing or null"
+                raise ActionError(msg)
+            return _as_id(value)
+        return None
+
+    def _derive_routing(self, doc: Doc) -> str | None:
+        if self._routing_key:
+            return None if doc.key is None else _as_id(doc.key)
+        if self._routing_path:
+            value = _lookup(doc.source, self._routing_path)
+            return None if value is None else _as_id(value)
+        return None
+
+    def _header_version(self, rec: Record) -> int:
+        raw = rec.header(self._version_header or "")
+        try:
+            version = int(raw) if raw is not None else -1
+        except ValueError:
+            version = -1
+        if version < 0:
+            msg = f"header {self._version_header} must hold a non-negative integer version"
+            raise ActionError(msg)
+        return version
+
+    def _timestamp(self, doc: Doc) -> Any:
+        if self._ts_path:
+            value = _lookup(doc.source, self._ts_path)
+            if value is None:
+                msg = f"timestamp field {'.'.join(self._ts_path)} is missing (data stream)"
+                raise ActionError(msg)
+            return value
+        if doc.record.timestamp is None:
+            msg = "the record has no timestamp for @timestamp (data stream)"
+            raise ActionError(msg)
+        return doc.record.timestamp
+
+
+def _split(path: str | None) -> tuple[str, ...]:
+    return tuple(path.split(".")) if path else ()
+
+
+def _lookup(source: dict[str, Any] | None, path: tuple[str, ...]) -> Any:
+    value: Any = source
+    for part in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _as_id(value: Any) -> str:
+    """A document id from a key or field: strings as they are, scalars as JSON text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return orjson.dumps(value).decode()

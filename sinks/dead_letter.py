@@ -1,0 +1,184 @@
+"""The dead-letter topic: original key, value and headers, plus Kafka Connect error headers.
+
+Every produce has a delivery callback, and `send()` returns only once Kafka confirmed every
+record; failed deliveries are produced again with backoff. Both sinks call it before their
+`write_batch`/`snapshot` returns, so offsets are never committed past an unconfirmed dead
+letter.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+
+from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
+from confluent_kafka import KafkaError, Producer
+
+from flows import metrics
+from flows.config import Settings
+from flows.errors import DeadLetterDeliveryError
+from flows.record import DeadLetter
+
+logger = logging.getLogger(__name__)
+
+MAX_MESSAGE_CHARS = 1000
+MAX_STACKTRACE_CHARS = 8000
+_P = "__connect.errors."
+
+
+def error_headers(dl: DeadLetter, secrets: Sequence[str] = ()) -> list[tuple[str, bytes]]:
+    """Kafka Connect-style context headers, size-bounded, with known secrets masked."""
+    rec = dl.record
+    headers = [
+        (_P + "topic", rec.topic.encode()),
+        (_P + "partition", str(rec.partition).encode()),
+        (_P + "offset", str(rec.offset).encode()),
+        (_P + "stage", dl.stage.encode()),
+        (_P + "exception.class.name", dl.error_class.encode()),
+        (_P + "exception.message", _redact(dl.message, secrets, MAX_MESSAGE_CHARS).encode()),
+    ]
+    if dl.stacktrace:
+        trace = _redact(dl.stacktrace, secrets, MAX_STACKTRACE_CHARS)
+        headers.append((_P + "exception.stacktrace", trace.encode()))
+    return headers
+
+
+def _redact(text: str, secrets: Sequence[str], limit: int) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    if len(text) > limit:
+        text = text[: limit - 15] + "... (truncated)"
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+class DeadLetterProducer:
+    """Produces dead letters and waits until Kafka confirmed each one."""
+
+    def __init__(self, settings: Settings) -> None:
+        if not settings.dlq_topic:
+            msg = "DeadLetterProducer needs DLQ_TOPIC"
+            raise ValueError(msg)
+        self._topic = settings.dlq_topic
+        self._budget_s = settings.es_retry_budget_s
+        secrets = (settings.es_password, settings.es_api_key, settings.es_bearer_token)
+        self._secrets = [s.reveal() for s in secrets if s]
+        self._producer = Producer(
+            settings.librdkafka(
+                **{
+                    "enable.idempotence": "true",
+                    "acks": "all",
+                    "linger.ms": "5",
+                    "message.max.bytes": "16777216",
+                    "compression.type": "lz4",
+                }
+            )
+        )
+
+    def send(self, letters: Sequence[DeadLetter]) -> None:
+        """Produce `letters` and block until all are confirmed (retrying failed ones)."""
+        pending = list(letters)
+        attempt = 0
+        started = time.monotonic()
+        while pending:
+            failed: list[tuple[DeadLetter, KafkaError]] = []
+            for dl in pending:
+                self._produce(dl, failed)
+            remaining = self._producer.flush(30)
+            if remaining:
+                logger.warning(
+                    "dead-letter topic %s: %d deliveries unconfirmed", self._topic, remaining
+                )
+                # Unconfirmed messages are still queued in librdkafka; wait on them.
+                while self._producer.flush(30):
+                    self._check_budget(started, "deliveries stay unconfirmed")
+            if not failed:
+                break
+            pending = [dl for dl, _ in failed]
+            attempt += 1
+            self._check_budget(started, f"delivery failed: {failed[0][1]}")
+            delay = random.uniform(0, min(10.0, 0.1 * 2**attempt))
+            logger.warning(
+                "dead-letter topic %s: %d deliveries failed (%s); retrying in %.1fs",
+                self._topic, len(failed), failed[0][1], delay,
+            )  # fmt: skip
+            time.sleep(delay)
+        for dl in letters:
+            metrics.DEAD_LETTERS.labels(dl.stage).inc()
+
+    def _produce(self, dl: DeadLetter, failed: list[tuple[DeadLetter, KafkaError]]) -> None:
+        def on_delivery(err: KafkaError | None, _msg: object) -> None:
+            if err is not None:
+                failed.append((dl, err))
+
+        rec = dl.record
+        headers: list[tuple[str, str | bytes | None]] = [
+            *rec.headers,
+            *error_headers(dl, self._secrets),
+        ]
+        while True:
+            try:
+                self._producer.produce(
+                    self._topic,
+                    value=rec.value,
+                    key=rec.key,
+                    headers=headers,
+                    on_delivery=on_delivery,
+                )
+                return
+            except BufferError:  # local queue full: let deliveries drain, then go on
+                self._producer.poll(0.5)
+
+    def _check_budget(self, started: float, why: str) -> None:
+        if self._budget_s and time.monotonic() - started > self._budget_s:
+            msg = (
+                f"dead-letter topic {self._topic}: {why} "
+                f"for over ES_RETRY_BUDGET_S={self._budget_s}s"
+            )
+            raise DeadLetterDeliveryError(msg)
+
+    def close(self) -> None:
+        """Deliver anything still queued."""
+        self._producer.flush(30)
+
+
+class DeadLetterSink(FixedPartitionedSink[DeadLetter, None]):
+    """Writes dead letters from decode/transform to DLQ_TOPIC, confirmed per batch.
+
+    Partitioned (not dynamic) so that its writes are part of the epoch Bytewax waits on
+    before the source commits offsets. It keeps no state: the topic is the state.
+    """
+
+    def __init__(self, settings: Settings, partitions: int) -> None:
+        self._settings = settings
+        self._partitions = partitions
+
+    def list_parts(self) -> list[str]:
+        """`dlq-0000` ...: the same count as the Elasticsearch sink."""
+        return [f"dlq-{i:04d}" for i in range(self._partitions)]
+
+    def part_fn(self, item_key: str) -> int:
+        """Items are keyed by a partition number already."""
+        return int(item_key)
+
+    def build_part(
+        self, step_id: str, for_part: str, resume_state: None
+    ) -> StatefulSinkPartition[DeadLetter, None]:
+        """One producer per partition, built at run time."""
+        return _DeadLetterPartition(DeadLetterProducer(self._settings))
+
+
+class _DeadLetterPartition(StatefulSinkPartition[DeadLetter, None]):
+    def __init__(self, producer: DeadLetterProducer) -> None:
+        self._producer = producer
+
+    def write_batch(self, items: list[DeadLetter]) -> None:
+        self._producer.send(items)
+
+    def snapshot(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self._producer.close()

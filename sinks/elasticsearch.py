@@ -1,0 +1,275 @@
+"""The partitioned Elasticsearch bulk sink.
+
+Each document is routed to one of ES_SINK_PARTITIONS partitions by a stable hash of its id
+(done upstream, in `flows.process`), so all writes to one document go through one
+partition, in order. A partition buffers encoded actions and sends a `_bulk` request when
+BULK_MAX_ACTIONS, BULK_MAX_BYTES or BULK_LINGER_MS is reached, and always inside
+`snapshot()`: Bytewax finishes an epoch, and the source then commits its offsets, only
+after every `snapshot()` returned. `write_batch` blocks while the buffer is over its
+limits, which bounds memory and back-pressures the source.
+
+Bulk item results are classified by status and error type: done (2xx; 409 under external
+versioning or create; 404 for a delete), retried with jittered backoff (429, 5xx,
+rejected execution, circuit breaking, unavailable shards; connection errors and timeouts
+for the whole request), or rejected for good (other 4xx: dead-lettered with stage `index`).
+The state a partition snapshots is None: with deterministic ids the index itself is the
+state, and replays overwrite.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
+from elastic_transport import ConnectionError as TransportConnectionError
+from elastic_transport import ConnectionTimeout
+from elasticsearch import ApiError, Elasticsearch
+
+from flows import metrics
+from flows.config import Settings
+from flows.errors import ConfigError, ElasticsearchUnavailableError
+from flows.policy import ErrorPolicy
+from flows.record import DeadLetter
+from sinks.actions import Action
+from sinks.dead_letter import DeadLetterProducer
+from sinks.es_client import make_client
+
+logger = logging.getLogger(__name__)
+
+RETRY_ERROR_TYPES = frozenset(
+    {
+        "es_rejected_execution_exception",
+        "circuit_breaking_exception",
+        "unavailable_shards_exception",
+        "no_shard_available_action_exception",
+        "cluster_block_exception",
+        "process_cluster_event_timeout_exception",
+    }
+)
+_FILTER = "errors,items.*.status,items.*.error.type,items.*.error.reason,items.*.error.caused_by"
+_WARN_EVERY_S = 30.0
+
+Chunk = list[Action]
+
+
+class ElasticsearchSink(FixedPartitionedSink[Chunk, None]):
+    """Bulk-writes chunks of encoded actions; items are `(partition number, actions)`."""
+
+    def __init__(self, settings: Settings, partitions: int) -> None:
+        self._settings = settings  # no I/O here: this object is part of the flow description
+        self._partitions = partitions
+
+    def list_parts(self) -> list[str]:
+        """`es-0000` ... in an order that matches the partition numbers."""
+        return [f"es-{i:04d}" for i in range(self._partitions)]
+
+    def part_fn(self, item_key: str) -> int:
+        """Items are keyed by their partition number (hash of the document id)."""
+        return int(item_key)
+
+    def build_part(self, step_id: str, for_part: str, resume_state: None) -> EsSinkPartition:
+        """Connect, bootstrap the index template once per process, and start buffering."""
+        client = make_client(self._settings)
+        _bootstrap_template(client, self._settings)
+        dlq = DeadLetterProducer(self._settings) if self._settings.dlq_topic else None
+        return EsSinkPartition(self._settings, for_part, client, dlq)
+
+
+class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
+    """One buffer and one bulk request at a time; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        name: str,
+        client: Elasticsearch,
+        dlq: DeadLetterProducer | None,
+        clock: Any = time,
+    ) -> None:
+        self._s = settings
+        self._name = name
+        self._client = client
+        self._dlq = dlq
+        self._clock = clock
+        self._policy = ErrorPolicy(settings, f"sink partition {name}")
+        self._external = settings.external_versioning or settings.write_method == "create"
+        self._buf: list[Action] = []
+        self._bytes = 0
+        self._oldest = 0.0
+        self._max_actions = settings.bulk_max_actions
+        self._max_bytes = settings.bulk_max_bytes
+        self._linger_s = settings.bulk_linger_ms / 1000
+        self._gauge = metrics.BUFFERED.labels(name)
+
+    # -- Bytewax calls
+
+    def write_batch(self, items: list[Chunk]) -> None:
+        """Buffer the actions; send bulks while a limit is reached."""
+        if not self._buf:
+            self._oldest = self._clock.monotonic()
+        for chunk in items:
+            self._buf.extend(chunk)
+            self._bytes += sum(len(a.data) for a in chunk)
+        if (
+            len(self._buf) >= self._max_actions
+            or self._bytes >= self._max_bytes
+            or self._clock.monotonic() - self._oldest >= self._linger_s
+        ):
+            self.flush()
+        self._gauge.set(len(self._buf))
+
+    def snapshot(self) -> None:
+        """Make everything buffered durable before Bytewax closes the epoch."""
+        self.flush()
+        return None
+
+    def close(self) -> None:
+        """Flush the rest (clean end of input only) and release connections."""
+        self.flush()
+        self._client.close()
+        if self._dlq:
+            self._dlq.close()
+
+    # -- bulk
+
+    def flush(self) -> None:
+        """Send the whole buffer in bulks no larger than the configured limits."""
+        buf = self._buf
+        start = 0
+        while start < len(buf):
+            end, size = start, 0
+            while end < len(buf) and end - start < self._max_actions:
+                size += len(buf[end].data)
+                if size > self._max_bytes and end > start:
+                    break
+                end += 1
+            self._send(buf[start:end])
+            start = end
+        self._buf = []
+        self._bytes = 0
+        self._gauge.set(0)
+
+    def _send(self, actions: list[Action]) -> None:
+        """Write `actions` until each is done or dead-lettered; retry what is transient."""
+        pending = actions
+        rejected: list[DeadLetter] = []
+        attempt = 0
+        started = self._clock.monotonic()
+        last_warning = 0.0
+        while pending:
+            retry, why = self._attempt(pending, rejected)
+            if not retry:
+                break
+            attempt += 1
+            now = self._clock.monotonic()
+            if self._s.es_retry_budget_s and now - started > self._s.es_retry_budget_s:
+                msg = (
+                    f"sink partition {self._name}: {len(retry)} actions still not written "
+                    f"after {now - started:.0f}s "
+                    f"(ES_RETRY_BUDGET_S={self._s.es_retry_budget_s}): {why}"
+                )
+                raise ElasticsearchUnavailableError(msg)
+            cap = min(self._s.es_retry_max_ms, self._s.es_retry_initial_ms * 2 ** min(attempt, 30))
+            delay = random.uniform(cap / 2, cap) / 1000
+            if now - last_warning >= _WARN_EVERY_S or attempt == 1:
+                logger.warning(
+                    "sink partition %s: retrying %d of %d actions in %.2fs (attempt %d): %s",
+                    self._name, len(retry), len(actions), delay, attempt, why,
+                )  # fmt: skip
+                last_warning = now
+            self._clock.sleep(delay)
+            pending = retry
+        metrics.DOCS_INDEXED.inc(len(actions) - len(rejected))
+        self._policy.check(len(actions) - len(rejected), rejected, len(rejected))
+        if rejected:
+            if self._dlq is None:  # only reachable with ERRORS_TOLERANCE=none, which raised
+                msg = "rejected documents but no DLQ_TOPIC"
+                raise ConfigError(msg)
+            self._dlq.send(rejected)
+
+    def _attempt(
+        self, pending: list[Action], rejected: list[DeadLetter]
+    ) -> tuple[list[Action], str]:
+        """One bulk request; returns the actions to retry and why."""
+        body = b"".join(a.data for a in pending)
+        t0 = time.perf_counter()
+        try:
+            resp = self._client.bulk(operations=body, filter_path=_FILTER)  # type: ignore[arg-type]
+        except (TransportConnectionError, ConnectionTimeout) as e:
+            metrics.BULK_RETRIES.labels("connection").inc(len(pending))
+            return pending, f"{type(e).__name__}: {e}"
+        except ApiError as e:
+            status = e.meta.status
+            if status == 429 or status >= 500:
+                metrics.BULK_RETRIES.labels(str(status)).inc(len(pending))
+                return pending, f"HTTP {status}: {e.message}"
+            if status == 413 and len(pending) > 1:
+                half = len(pending) // 2
+                self._send(pending[:half])
+                self._send(pending[half:])
+                return [], ""
+            if status == 413:
+                rejected.append(_dead(pending[0], "request_entity_too_large", str(e.message)))
+                return [], ""
+            msg = f"Elasticsearch refused the bulk request (HTTP {status}): {e.message}"
+            raise ConfigError(msg) from None
+        finally:
+            metrics.BULK_SECONDS.observe(time.perf_counter() - t0)
+        body_json = resp.body
+        if not body_json.get("errors"):
+            return [], ""
+        retry: list[Action] = []
+        why = ""
+        for action, item in zip(pending, body_json["items"], strict=True):
+            ((op, result),) = item.items()
+            status = result["status"]
+            if status < 300:
+                continue
+            error = result.get("error") or {}
+            etype = error.get("type", "") if isinstance(error, dict) else str(error)
+            if (status == 409 and self._external) or (status == 404 and op == "delete"):
+                continue
+            if status == 429 or status >= 500 or etype in RETRY_ERROR_TYPES:
+                metrics.BULK_RETRIES.labels(str(status)).inc()
+                retry.append(action)
+                why = f"{status} {etype}"
+                continue
+            reason = error.get("reason", "") if isinstance(error, dict) else ""
+            caused = error.get("caused_by") if isinstance(error, dict) else None
+            if isinstance(caused, dict) and caused.get("reason"):
+                reason = f"{reason}: {caused.get('type')}: {caused['reason']}"
+            rejected.append(_dead(action, etype or f"http_{status}", reason))
+        return retry, why
+
+
+def _dead(action: Action, error_type: str, reason: str) -> DeadLetter:
+    return DeadLetter(action.record, "index", f"elasticsearch.{error_type}", reason)
+
+
+_template_lock = threading.Lock()
+_templates_done: set[str] = set()
+
+
+def _bootstrap_template(client: Elasticsearch, settings: Settings) -> None:
+    """PUT the index template from ES_INDEX_TEMPLATE_FILE once per process."""
+    path = settings.es_index_template_file
+    if not path:
+        return
+    with _template_lock:
+        if path in _templates_done:
+            return
+        try:
+            body = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as e:
+            msg = f"ES_INDEX_TEMPLATE_FILE: cannot read {path}: {e}"
+            raise ConfigError(msg) from None
+        name = body.pop("name", None) or Path(path).stem
+        client.indices.put_index_template(name=name, **body)
+        logger.info("index template %s installed from %s", name, path)
+        _templates_done.add(path)

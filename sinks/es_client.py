@@ -1,0 +1,40 @@
+"""The Elasticsearch client, built from settings at run time (never at import)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elasticsearch import Elasticsearch
+from elasticsearch.serializer import OrjsonSerializer
+
+from flows.config import Settings
+
+
+def make_client(settings: Settings) -> Elasticsearch:
+    """A client with orjson, our own retry policy (transport retries off) and the auth set."""
+    kwargs: dict[str, Any] = {
+        "serializer": OrjsonSerializer(),
+        "request_timeout": settings.es_request_timeout_s,
+        # The sink retries with backoff and classification; the transport's immediate
+        # retries would only hammer an overloaded node.
+        "max_retries": 0,
+        "retry_on_timeout": False,
+        "http_compress": settings.es_compress,
+    }
+    if settings.es_cloud_id:
+        kwargs["cloud_id"] = settings.es_cloud_id
+    else:
+        kwargs["hosts"] = list(settings.es_hosts)
+    if settings.es_username and settings.es_password:
+        kwargs["basic_auth"] = (settings.es_username, settings.es_password.reveal())
+    elif settings.es_api_key:
+        kwargs["api_key"] = settings.es_api_key.reveal()
+    elif settings.es_bearer_token:
+        kwargs["bearer_auth"] = settings.es_bearer_token.reveal()
+    if settings.es_ca_certs:
+        kwargs["ca_certs"] = settings.es_ca_certs
+    if settings.es_ssl_fingerprint:
+        kwargs["ssl_assert_fingerprint"] = settings.es_ssl_fingerprint
+    if not settings.es_verify_certs:
+        kwargs["verify_certs"] = False
+    return Elasticsearch(**kwargs)
