@@ -367,6 +367,9 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
         raise r.fail("VERSION", "external versioning needs document ids (DOC_ID is none)")
     if write_method == "upsert" and doc_id == "none":
         raise r.fail("WRITE_METHOD", "upsert needs document ids (DOC_ID is none)")
+    routing = r.text("ES_ROUTING")
+    if routing and routing != "key" and not re.fullmatch(r"field:[^\s]+", routing):
+        raise r.fail("ES_ROUTING", f"expected key or field:<dotted.path>, got {routing!r}")
     data_stream = r.flag("ES_DATA_STREAM", False)
     if data_stream and write_method != "create":
         if "WRITE_METHOD" in raw:
@@ -430,7 +433,7 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
         write_method=write_method,
         doc_id=doc_id,
         version=version,
-        es_routing=r.text("ES_ROUTING"),
+        es_routing=routing,
         es_pipeline=r.text("ES_PIPELINE"),
         es_data_stream=data_stream,
         es_timestamp_field=r.text("ES_TIMESTAMP_FIELD"),

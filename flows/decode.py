@@ -63,6 +63,7 @@ import threading
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
+from urllib.parse import urlsplit
 from uuid import UUID
 
 import orjson
@@ -95,10 +96,13 @@ class RegistryUnavailableError(PipelineError):
 _SNIPPET = 64
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
-# A JSON integer outside 64 bits has at least 20 digits. Mapping every digit to "0" and
-# searching for twenty of them is a C-speed pre-check; only a hit runs the exact check.
+# A JSON integer outside [-2**63, 2**64 - 1] has at least 20 digits, or is negative with
+# 19. Mapping every digit to "0" and searching for those runs is a C-speed pre-check (no hit
+# for 19-digit positive numbers such as nanosecond timestamps); only a hit runs the exact
+# check.
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _TWENTY_DIGITS = b"0" * 20
+_MINUS_NINETEEN_DIGITS = b"-" + b"0" * 19
 
 _CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 _CONNECT_DATE = "org.apache.kafka.connect.data.Date"
@@ -233,7 +237,8 @@ def _loads(data: bytes) -> Any:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         raise _invalid_json(data, e) from None
-    if _TWENTY_DIGITS in data.translate(_DIGITS_TO_ZERO):
+    shape = data.translate(_DIGITS_TO_ZERO)
+    if _TWENTY_DIGITS in shape or _MINUS_NINETEEN_DIGITS in shape:
         _check_big_ints(data)
     return doc
 
@@ -246,6 +251,7 @@ def _json_value_decoder() -> Decoder:
     json_error = orjson.JSONDecodeError
     table = _DIGITS_TO_ZERO
     twenty = _TWENTY_DIGITS
+    minus_nineteen = _MINUS_NINETEEN_DIGITS
 
     def decode_json_value(record: Record) -> dict[str, Any]:
         data: bytes = record.value  # type: ignore[assignment]  # never None (see module doc)
@@ -255,7 +261,8 @@ def _json_value_decoder() -> Decoder:
             raise _invalid_json(data, e) from None
         if type(doc) is not dict:
             raise _not_object(data, doc)
-        if twenty in data.translate(table):
+        shape = data.translate(table)
+        if twenty in shape or minus_nineteen in shape:
             _check_big_ints(data)
         return doc
 
@@ -432,7 +439,11 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 
 def _redacted(url: str) -> str:
     """The registry URL(s) without any user:password part."""
-    return ",".join(u.strip().rpartition("@")[2] if "@" in u else u.strip() for u in url.split(","))
+    out = []
+    for u in url.split(","):
+        parts = urlsplit(u.strip())
+        out.append(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl())
+    return ",".join(out)
 
 
 class _RegistryDecoder:
@@ -530,18 +541,18 @@ class _RegistryDecoder:
             code = getattr(e, "error_code", None)
             text = _short(getattr(e, "error_message", "") or "")
             if code in _NOT_FOUND_CODES:
-                return DecodeError(f"{fmt}: schema {schema_id} not in the registry: {text}")
+                return DecodeError(f"{fmt}: {schema_id} not in the registry: {text}")
             return RegistryUnavailableError(
                 f"schema registry {_redacted(self._conf['url'])} answered HTTP {status} "
-                f"(error code {code}) fetching schema {schema_id}: {text}"
+                f"(error code {code}) fetching {schema_id}: {text}"
             )
         if isinstance(e, self._unavailable):
             return RegistryUnavailableError(
-                f"schema registry {_redacted(self._conf['url'])} unreachable fetching schema "
+                f"schema registry {_redacted(self._conf['url'])} unreachable fetching "
                 f"{schema_id}: {type(e).__name__}: {_short(str(e))}"
             )
         return DecodeError(
-            f"{fmt}: cannot decode record with schema {schema_id}: "
+            f"{fmt}: cannot decode record ({schema_id}): "
             f"{type(e).__name__}: {_short(str(e))}; payload starts {_snippet(data)}"
         )
 
@@ -552,14 +563,14 @@ def _short(text: str, limit: int = 200) -> str:
 
 
 def _framed_schema_id(data: bytes) -> str:
-    """`id N`, `guid G` or `(magic byte M)`, from the framing, for messages."""
+    """`schema id N`, `schema guid G`, the bad magic byte or the empty payload, for messages."""
     if not data:
-        return "(empty payload)"
+        return "empty payload"
     if data[0] == 0 and len(data) >= 5:
-        return f"id {int.from_bytes(data[1:5], 'big')}"
+        return f"schema id {int.from_bytes(data[1:5], 'big')}"
     if data[0] == 1 and len(data) >= 17:
-        return f"guid {UUID(bytes=bytes(data[1:17]))}"
-    return f"(magic byte {data[0]})"
+        return f"schema guid {UUID(bytes=bytes(data[1:17]))}"
+    return f"magic byte {data[0]}, expected 0"
 
 
 def _jsonable(value: Any) -> Any:

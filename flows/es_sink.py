@@ -17,6 +17,8 @@ if not logging.getLogger().handlers:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # One line per HTTP request is noise at this rate; the sink logs what matters.
+    logging.getLogger("elastic_transport").setLevel(logging.WARNING)
 
 try:
     _settings = Settings.load()

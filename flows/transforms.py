@@ -18,16 +18,41 @@ transform should raise rather than guess when a record does not fit.
 
 The configured chain (`transforms:` in YAML, or TRANSFORMS=pkg.mod:func,...) is compiled
 once by `build_transforms`: dotted paths are split, regexes compiled and functions imported
-at start, so a mistake fails the start with a `ConfigError` naming `transforms[i]`, and the
-per-record work is only the transform itself. Built-in types (Kafka Connect SMT style):
-insert_field, rename, drop, keep, mask, extract, key_from_field, id_from_field,
-timestamp_convert, filter, route, and python (import your own function or factory).
+at start, so a mistake (including an unknown type or key) fails the start with a
+`ConfigError` naming `transforms[i]`, and the per-record work is only the transform itself.
+
+Built-in types (`{type: <name>, ...}`, modelled on Kafka Connect SMTs):
+
+* insert_field: field, and value (static) or from (topic, partition, offset, timestamp,
+  key = the decoded doc.key); format: iso|epoch_ms only with from: timestamp.
+* rename: fields {old.path: new.path}; drop: fields [...]; keep: fields [...] (nested paths
+  keep the nesting; an object none of whose listed fields exist is left out);
+  mask: fields [...], replacement (default "****"). Missing fields are skipped.
+* extract: field; that object becomes the body (missing or not an object: ValueError).
+* key_from_field / id_from_field: field (missing: ValueError; an id is a non-empty string or
+  an integer, made a string).
+* timestamp_convert: field, to iso|epoch_ms|epoch_s, unit ms|s (of numeric input, default
+  ms), from_format (strptime). Accepts integers and floats (epoch in `unit`; floats rounded
+  to the millisecond) and strings: `from_format` when given, else ISO-8601 as
+  `datetime.fromisoformat` reads it (`2024-05-01`, `2024-05-01T12:00:00.123Z`, `+02:00`
+  offsets); no offset means UTC. Output: `2024-05-01T12:00:00.123Z`, or integer ms/s
+  (truncated). Missing or null: unchanged; anything else: ValueError.
+* filter: drops matching records (negate: true keeps only them); exactly one of topic
+  (regex, full match), header (name present), tombstone: true, or field with op
+  eq|ne|gt|ge|lt|le|in|regex (full match)|exists (default eq) and value. A missing field
+  never matches, nor do values that do not compare (`"a" > 1`).
+* route: index (template such as `logs-{yyyy.MM.dd}`, dated by the record timestamp or by
+  timestamp_field: epoch ms or ISO string), or topic_regex + replacement (`idx-$1`,
+  `idx-\\1`, `${name}`; index left unchanged unless the topic fully matches); routing_field
+  sets doc.routing.
+* python: `pkg.mod:func` imported at start; with config: {...}, `func(**config)` is called
+  once and must return the transform.
 
 Dotted paths (`a.b.c`) walk nested objects; they do not index into lists, and a field whose
 name contains a dot cannot be addressed. A tombstone (`source` None) passes unchanged through
-the transforms that edit the body (insert_field, rename, drop, keep, mask, extract,
-timestamp_convert); key_from_field, id_from_field and route's timestamp_field/routing_field
-raise for it, as for any missing field.
+the body edits (insert_field, rename, drop, keep, mask, extract, timestamp_convert);
+key_from_field, id_from_field and route's timestamp_field/routing_field raise for it, as for
+any missing field.
 """
 
 from __future__ import annotations
@@ -357,7 +382,7 @@ def _epoch_ms(value: Any, seconds: bool = False, fmt: str | None = None) -> int:
             msg = f"cannot parse {_short(value)} as {expected}"
             raise ValueError(msg) from None
         if dt.tzinfo is None:
-            return (dt - _EPOCH) // _ONE_MS
+            return (dt - _EPOCH_NAIVE) // _ONE_MS
         return (dt - _EPOCH) // _ONE_MS
     msg = (
         f"expected epoch milliseconds or a date string, got {type(value).__name__} {_short(value)}"
@@ -365,13 +390,24 @@ def _epoch_ms(value: Any, seconds: bool = False, fmt: str | None = None) -> int:
     raise ValueError(msg)
 
 
+_ISO_SECONDS: dict[int, str] = {}
+"""`2024-05-01T12:00:00` by epoch second: records arrive in time order, so most hit."""
+
+
 def _iso(ms: int) -> str:
     """`2024-05-01T12:00:00.123Z`: ISO-8601 in UTC with milliseconds."""
-    try:
-        return (_EPOCH_NAIVE + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds") + "Z"
-    except OverflowError:
-        msg = f"timestamp {ms} ms is out of range"
-        raise ValueError(msg) from None
+    seconds, millis = divmod(ms, 1000)
+    prefix = _ISO_SECONDS.get(seconds)
+    if prefix is None:
+        try:
+            prefix = (_EPOCH_NAIVE + timedelta(seconds=seconds)).isoformat()
+        except OverflowError:
+            msg = f"timestamp {ms} ms is out of range"
+            raise ValueError(msg) from None
+        if len(_ISO_SECONDS) >= _CACHE_LIMIT:
+            _ISO_SECONDS.clear()
+        _ISO_SECONDS[seconds] = prefix
+    return f"{prefix}.{millis:03d}Z"
 
 
 # ---------------------------------------------------------------------------------- built-ins

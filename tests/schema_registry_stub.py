@@ -31,8 +31,10 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -83,6 +85,7 @@ class SchemaRegistryStub:
         self.requests: list[tuple[str, str]] = []
         self.unhandled: list[tuple[str, str]] = []
         self.fail_status: int | None = None
+        self._connections: set[socket.socket] = set()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -109,7 +112,10 @@ class SchemaRegistryStub:
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(
-            target=server.serve_forever, name="schema-registry-stub", daemon=True
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="schema-registry-stub",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -120,6 +126,11 @@ class SchemaRegistryStub:
         if server is not None:
             server.shutdown()
             server.server_close()
+        with self._lock:  # end keep-alive connections too, as a real shutdown would
+            connections, self._connections = self._connections, set()
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -280,6 +291,16 @@ def _shape(parts: list[str]) -> list[str]:
 class _Handler(BaseHTTPRequestHandler):
     registry: SchemaRegistryStub
     protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        with self.registry._lock:
+            self.registry._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.registry._lock:
+            self.registry._connections.discard(self.connection)
+        super().finish()
 
     def _serve(self, method: str) -> None:
         split = urlsplit(self.path)
