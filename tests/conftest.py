@@ -189,14 +189,10 @@ class FlowRun:
     output: str
 
 
-def run_flow(
-    services: Services,
-    env: dict[str, str],
-    *args: str,
-    timeout: float = 180.0,
-    module: str = "flows.es_sink",
-) -> FlowRun:
-    """Run `python -m bytewax.run <module> <args>` to completion with the given settings."""
+def flow_command(
+    services: Services, env: dict[str, str], *args: str, module: str = "flows.es_sink"
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of a flow run (hermetic: host settings dropped)."""
     full_env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "ES_", "DLQ_"))},
         "KAFKA_BOOTSTRAP_SERVERS": services.kafka,
@@ -205,15 +201,55 @@ def run_flow(
         "PYTHONPATH": str(ROOT),
         **env,
     }
-    cmd = [sys.executable, "-m", "bytewax.run", module, "-s", "1", *args]
+    if "-s" not in args:
+        args = ("-s", "1", *args)
+    return [sys.executable, "-m", "bytewax.run", module, *args], full_env
+
+
+def run_flow(
+    services: Services,
+    env: dict[str, str],
+    *args: str,
+    timeout: float = 180.0,
+    module: str = "flows.es_sink",
+) -> FlowRun:
+    """Run `python -m bytewax.run <module> <args>` to completion with the given settings."""
+    cmd, full_env = flow_command(services, env, *args, module=module)
     proc = subprocess.run(
         cmd, env=full_env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
     )
     return FlowRun(proc.returncode, proc.stdout + proc.stderr)
 
 
+def start_flow(
+    services: Services, env: dict[str, str], *args: str, log: Path, module: str = "flows.es_sink"
+) -> subprocess.Popen[bytes]:
+    """Start a flow in the background, its output going to `log`."""
+    cmd, full_env = flow_command(services, env, *args, module=module)
+    with open(log, "ab") as out:
+        return subprocess.Popen(cmd, env=full_env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `condition` until true; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def count_docs(es: object, index: str) -> int:
+    """Documents in `index` after a refresh (0 if it does not exist yet)."""
+    if not es.indices.exists(index=index):  # type: ignore[attr-defined]
+        return 0
+    es.indices.refresh(index=index)  # type: ignore[attr-defined]
+    return int(es.count(index=index)["count"])  # type: ignore[attr-defined]
+
+
 def search_all(es: object, index: str) -> dict[str, dict]:
     """Every document of `index` (after a refresh), by id."""
+    from elasticsearch.helpers import scan
+
     es.indices.refresh(index=index)  # type: ignore[attr-defined]
-    resp = es.search(index=index, size=10000, query={"match_all": {}})  # type: ignore[attr-defined]
-    return {h["_id"]: h["_source"] for h in resp["hits"]["hits"]}
+    return {h["_id"]: h["_source"] for h in scan(es, index=index, size=5000)}  # type: ignore[arg-type]

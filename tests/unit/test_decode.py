@@ -65,13 +65,16 @@ def test_json_integer_and_digit_boundaries() -> None:
     decode = value_decoder("json")
     raw = (
         b'{"max": 18446744073709551615, "min": -9223372036854775808,'
-        b' "as_text": "123456789012345678901234567890", "float": 0.12345678901234567890123}'
+        b' "as_text": "123456789012345678901234567890", "float": 0.12345678901234567890123,'
+        b' "ns": 1718000000123456789, "neg": -922337203685477580}'
     )
     doc = decode(rec(raw))
     assert doc["max"] == 2**64 - 1
     assert doc["min"] == -(2**63)
     assert doc["as_text"] == "123456789012345678901234567890"
     assert isinstance(doc["float"], float)
+    assert doc["ns"] == 1718000000123456789
+    assert doc["neg"] == -922337203685477580
 
 
 @pytest.mark.parametrize(
