@@ -39,6 +39,9 @@ class Secret(str):
     def __str__(self) -> str:
         return "***"
 
+    def __format__(self, spec: str) -> str:
+        return "***"
+
 
 @dataclass(frozen=True)
 class Settings:
