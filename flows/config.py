@@ -7,6 +7,7 @@ environment overrides the file. Every invalid value raises `ConfigError` naming 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -43,9 +44,13 @@ class Secret(str):
         return "***"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Settings:
-    """Everything the flow needs, parsed and checked once at start."""
+    """Everything the flow needs, parsed and checked once at start.
+
+    Compared and hashed by identity, so per-process resources (one Elasticsearch client,
+    one dead-letter producer) can be cached per settings object.
+    """
 
     # -- source
     topics: tuple[str, ...] = ()
@@ -55,13 +60,13 @@ class Settings:
     auto_offset_reset: str = "earliest"
     stop_at_end: bool = False
     consume_batch_size: int = 1000
-    kafka_config: Mapping[str, str] = field(default_factory=dict)
+    kafka_config: Mapping[str, str] = field(default_factory=dict, repr=False)
     # -- decode
     value_format: str = "json"
     key_format: str = "string"
     value_field: str = "message"
     schema_registry_url: str | None = None
-    schema_registry_config: Mapping[str, str] = field(default_factory=dict)
+    schema_registry_config: Mapping[str, str] = field(default_factory=dict, repr=False)
     # -- transforms: YAML entries (dicts) and `python:` import strings, in order
     transforms: tuple[Mapping[str, Any], ...] = ()
     # -- dead letters and error policy
@@ -119,6 +124,13 @@ class Settings:
         """True when writes carry `version_type=external`."""
         return self.version != "none"
 
+    def secrets(self) -> list[str]:
+        """Every configured secret value, to mask wherever text leaves the process."""
+        out = [s.reveal() for s in (self.es_password, self.es_api_key, self.es_bearer_token) if s]
+        for conf in (self.kafka_config, self.schema_registry_config):
+            out.extend(v for k, v in conf.items() if _SENSITIVE.search(k) and v)
+        return out
+
     def librdkafka(self, **overrides: Any) -> dict[str, Any]:
         """The librdkafka configuration: bootstrap servers, pass-through settings, overrides."""
         return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_config, **overrides}
@@ -137,6 +149,10 @@ class Settings:
 def _is_prefixed(name: str) -> bool:
     return name.startswith((KAFKA_CONFIG_PREFIX, SCHEMA_REGISTRY_CONFIG_PREFIX))
 
+
+_SENSITIVE = re.compile(
+    r"password|secret|user\.info|sasl\.jaas|token|credential|key\.pem|key$", re.IGNORECASE
+)
 
 # Settings read from the environment, by name; the YAML file uses the same names in lower
 # case. Maps and lists that only YAML can express are listed in _YAML_ONLY.
@@ -356,6 +372,11 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
             raise r.fail("ES_HOSTS", f"expected http(s)://host:port URLs, got {host!r}")
 
     write_method = r.choice("WRITE_METHOD", "index", WRITE_METHODS)
+    data_stream = r.flag("ES_DATA_STREAM", False)
+    if data_stream and write_method != "create":
+        if r.text("WRITE_METHOD") is not None:
+            raise r.fail("WRITE_METHOD", "data streams accept only create (ES_DATA_STREAM=true)")
+        write_method = "create"
     doc_id = r.req_str("DOC_ID", "key")
     if doc_id not in ("key", "coordinates", "none") and not re.fullmatch(r"field:[^\s]+", doc_id):
         raise r.fail(
@@ -368,16 +389,15 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
         raise r.fail("VERSION", "external versioning cannot be combined with WRITE_METHOD=upsert")
     if version != "none" and doc_id == "none":
         raise r.fail("VERSION", "external versioning needs document ids (DOC_ID is none)")
+    if version != "none" and write_method == "create":
+        raise r.fail(
+            "VERSION", "Elasticsearch allows external versioning only with index, not create"
+        )
     if write_method == "upsert" and doc_id == "none":
         raise r.fail("WRITE_METHOD", "upsert needs document ids (DOC_ID is none)")
     routing = r.text("ES_ROUTING")
     if routing and routing != "key" and not re.fullmatch(r"field:[^\s]+", routing):
         raise r.fail("ES_ROUTING", f"expected key or field:<dotted.path>, got {routing!r}")
-    data_stream = r.flag("ES_DATA_STREAM", False)
-    if data_stream and write_method != "create":
-        if "WRITE_METHOD" in raw:
-            raise r.fail("WRITE_METHOD", "data streams accept only create (ES_DATA_STREAM=true)")
-        write_method = "create"
 
     es_index = r.req_str("ES_INDEX", "{topic}")
     _check_index_template("ES_INDEX", es_index)
@@ -395,8 +415,17 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
     if sum(x is not None for x in (password, api_key, bearer)) > 1:
         raise r.fail("ES_API_KEY", "choose one of basic auth, ES_API_KEY or ES_BEARER_TOKEN")
     template_file = r.text("ES_INDEX_TEMPLATE_FILE")
-    if template_file and not Path(template_file).is_file():
-        raise r.fail("ES_INDEX_TEMPLATE_FILE", f"no such file: {template_file}")
+    if template_file:
+        try:
+            body = json.loads(Path(template_file).read_text())
+        except OSError as e:
+            raise r.fail(
+                "ES_INDEX_TEMPLATE_FILE", f"cannot read {template_file}: {e.strerror}"
+            ) from None
+        except ValueError as e:
+            raise r.fail("ES_INDEX_TEMPLATE_FILE", f"{template_file} is not JSON: {e}") from None
+        if not isinstance(body, dict) or "index_patterns" not in body:
+            raise r.fail("ES_INDEX_TEMPLATE_FILE", f"{template_file} needs an index_patterns key")
 
     retry_initial = r.integer("ES_RETRY_INITIAL_MS", 100, minimum=1)
     retry_max = r.integer("ES_RETRY_MAX_MS", 10_000, minimum=1)

@@ -12,6 +12,7 @@ from flows import shutdown
 from flows.config import Settings
 from flows.errors import ConfigError
 from flows.pipeline import build_flow
+from flows.source import find_topics
 
 if not logging.getLogger().handlers:
     logging.basicConfig(
@@ -22,8 +23,11 @@ if not logging.getLogger().handlers:
 
 try:
     _settings = Settings.load()
+    flow = build_flow(_settings)
+    # This module is the app's entry point, so it may ask Kafka before Bytewax starts: a
+    # missing topic or an unreachable broker is then one clear line, not a worker panic.
+    find_topics(_settings)
 except ConfigError as _e:
     sys.exit(f"es_sink: configuration error: {_e}")
 
 shutdown.install()
-flow = build_flow(_settings)

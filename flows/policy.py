@@ -5,6 +5,10 @@ never committed). With `all` failures become dead letters until the breaker trip
 than DLQ_MAX_CONSECUTIVE failures in a row, or a failed share above DLQ_MAX_RATIO once
 DLQ_RATIO_MIN_RECORDS records were seen. A tripped breaker stops the flow the same way, so
 a broken deploy does not pour a whole topic into the dead-letter topic.
+
+Callers keep the run of consecutive failures in a local variable while they walk a batch
+(starting from `consecutive`, reset to 0 on each success), call `failed()` for each
+failure and `end_batch()` once: the per-record cost is an integer update.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 
 class ErrorPolicy:
-    """Decides, per batch, whether failures are dead-lettered or stop the flow."""
+    """Decides whether failures are dead-lettered or stop the flow."""
 
     def __init__(self, settings: Settings, where: str) -> None:
         self.tolerate = settings.errors_tolerance == "all"
@@ -28,44 +32,44 @@ class ErrorPolicy:
         self.min_records = settings.dlq_ratio_min_records
         self.where = where
         self.consecutive = 0
+        """Failures in a row at the end of the last batch (the run continues across batches)."""
         self.seen = 0
-        self.failed = 0
+        self.failed_total = 0
 
-    def check(self, ok: int, failures: list[DeadLetter], trailing: int) -> None:
-        """Account a batch of `ok` successes and `failures`; raise to stop the flow.
-
-        `trailing` is how many failures ended the batch with no success after them (the
-        run that continues into the next batch); when the batch had no success at all the
-        run simply grows.
-        """
-        self.seen += ok + len(failures)
-        if not failures:
-            if ok:
-                self.consecutive = 0
-            return
-        first = failures[0]
+    def failed(self, dl: DeadLetter, run: int) -> None:
+        """One failure, the `run`-th in a row; raise to stop the flow."""
         if not self.tolerate:
-            rec = first.record
-            raise RecordFailedError(
+            rec = dl.record
+            err = RecordFailedError(
                 f"{rec.topic}/{rec.partition}@{rec.offset}",
-                first.stage,
-                f"{first.error_class}: {first.message}",
+                dl.stage,
+                f"{dl.error_class}: {dl.message}",
             )
-        self.failed += len(failures)
-        self.consecutive = self.consecutive + len(failures) if ok == 0 else trailing
-        if self.max_consecutive and self.consecutive > self.max_consecutive:
-            msg = (
-                f"{self.where}: {self.consecutive} records in a row failed "
-                f"(DLQ_MAX_CONSECUTIVE={self.max_consecutive}); last: {first.stage} "
-                f"{first.error_class}: {first.message}"
-            )
-            raise DeadLetterLimitError(msg)
-        if self.max_ratio and self.seen >= self.min_records:
-            ratio = self.failed / self.seen
-            if ratio > self.max_ratio:
-                msg = (
-                    f"{self.where}: {self.failed} of {self.seen} records failed "
-                    f"({ratio:.1%} > DLQ_MAX_RATIO={self.max_ratio}); last: {first.stage} "
-                    f"{first.error_class}: {first.message}"
+            logger.error("%s", err)
+            raise err
+        if self.max_consecutive and run > self.max_consecutive:
+            why = f"{run} records in a row failed (DLQ_MAX_CONSECUTIVE={self.max_consecutive})"
+            self._trip(why, dl)
+
+    def end_batch(self, ok: int, failed: int, run: int, last: DeadLetter | None = None) -> None:
+        """Account a batch; `run` is the failure run it ended with. Raise on a ratio breach."""
+        self.consecutive = run
+        self.seen += ok + failed
+        self.failed_total += failed
+        if failed and self.max_ratio and self.seen >= self.min_records:
+            ratio = self.failed_total / self.seen
+            if ratio > self.max_ratio and last is not None:
+                self._trip(
+                    f"{self.failed_total} of {self.seen} records failed "
+                    f"({ratio:.1%} > DLQ_MAX_RATIO={self.max_ratio})",
+                    last,
                 )
-                raise DeadLetterLimitError(msg)
+
+    def _trip(self, why: str, dl: DeadLetter) -> None:
+        rec = dl.record
+        msg = (
+            f"{self.where}: {why}; stopping. Last: {rec.topic}/{rec.partition}@{rec.offset} "
+            f"stage {dl.stage}: {dl.error_class}: {dl.message}"
+        )
+        logger.error("%s", msg)
+        raise DeadLetterLimitError(msg)

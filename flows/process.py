@@ -8,7 +8,6 @@ grouped by sink partition so the exchange to the sink moves one item per partiti
 
 from __future__ import annotations
 
-import threading
 import zlib
 from collections.abc import Sequence
 from typing import Any, cast
@@ -34,37 +33,29 @@ class Processor:
     def __init__(
         self, settings: Settings, transforms: Sequence[Transform], partitions: int
     ) -> None:
-        self._settings = settings
-        self._user_transforms = list(transforms)
+        """Compile decoders, transforms and the action builder now, so invalid settings
+        fail when the flow is built; none of them does I/O here (a Schema Registry client
+        is created on first use)."""
         self._partitions = partitions
-        self._lock = threading.Lock()
-        self._ready = False
-
-    def _build(self) -> None:
-        # Built on first use, at run time, so the flow description stays free of I/O.
-        s = self._settings
-        self._value = build_decoder(s, "value")
-        self._key = build_decoder(s, "key")
-        self._transforms = build_transforms(s.transforms) + self._user_transforms
-        self._actions = ActionBuilder(s)
-        self._policy = ErrorPolicy(s, "decode/transform")
-        self._null_value = s.on_null_value
-        self._trace = s.dlq_stacktrace
-        self._ready = True
+        self._value = build_decoder(settings, "value")
+        self._key = build_decoder(settings, "key")
+        self._transforms = build_transforms(settings.transforms) + list(transforms)
+        self._actions = ActionBuilder(settings)
+        self._policy = ErrorPolicy(settings, "decode/transform")
+        self._null_value = settings.on_null_value
+        self._trace = settings.dlq_stacktrace
 
     def __call__(self, batch: list[Message]) -> list[Routed]:
         """Process one batch in order; see the module docstring."""
-        if not self._ready:
-            with self._lock:
-                if not self._ready:
-                    self._build()
         decode_value, decode_key = self._value, self._key
         transforms, build = self._transforms, self._actions.build
+        policy, trace = self._policy, self._trace
         n_parts = self._partitions
         chunks: dict[int, list[Action]] = {}
         failures: list[DeadLetter] = []
         routed: list[DeadLetter] = []
-        ok = trailing = skipped = 0
+        ok = skipped = 0
+        run = policy.consecutive
         for msg in cast(list[Any], batch):  # Message getters are typed Optional
             ts_type, ts = msg.timestamp()
             headers = msg.headers()
@@ -77,6 +68,7 @@ class Processor:
                 msg.value(),
                 tuple(headers) if headers else (),
             )
+            dead: DeadLetter | None = None
             try:
                 key = None if rec.key is None else decode_key(rec)
                 if rec.value is None:
@@ -91,26 +83,28 @@ class Processor:
                 else:
                     doc = Doc(rec, decode_value(rec), key)
             except DecodeError as e:
-                failures.append(DeadLetter.from_exception(rec, "deserialize", e, self._trace))
-                trailing += 1
-                continue
-            if transforms:
+                dead = DeadLetter.from_exception(rec, "deserialize", e, trace)
+            if dead is None and transforms:
                 try:
                     docs = apply_transforms(transforms, doc)
-                except Exception as e:
-                    failures.append(DeadLetter.from_exception(rec, "transform", e, self._trace))
-                    trailing += 1
-                    continue
-                if not docs:
-                    skipped += 1
-                    continue
-            else:
+                except Exception as e:  # any error in user code dead-letters the record
+                    dead = DeadLetter.from_exception(rec, "transform", e, trace)
+                else:
+                    if not docs:
+                        skipped += 1
+                        run = 0
+                        continue
+            elif dead is None:
                 docs = [doc]
-            try:
-                actions = [build(d) for d in docs]
-            except ActionError as e:
-                failures.append(DeadLetter.from_exception(rec, "index", e, self._trace))
-                trailing += 1
+            if dead is None:
+                try:
+                    actions = [build(d) for d in docs]
+                except ActionError as e:
+                    dead = DeadLetter.from_exception(rec, "index", e, trace)
+            if dead is not None:
+                run += 1
+                policy.failed(dead, run)
+                failures.append(dead)
                 continue
             for action in actions:
                 part = (
@@ -124,12 +118,11 @@ class Processor:
                 else:
                     chunk.append(action)
             ok += 1
-            trailing = 0
+            run = 0
         metrics.RECORDS_IN.inc(len(batch))
         if skipped:
             metrics.SKIPPED.labels("dropped").inc(skipped)
-        if failures or ok:
-            self._policy.check(ok, failures, trailing)
+        policy.end_batch(ok, len(failures), run, failures[-1] if failures else None)
         out: list[Routed] = [(str(p), c) for p, c in chunks.items()]
         out.extend((str(f.record.partition % n_parts), f) for f in failures)
         out.extend((str(f.record.partition % n_parts), f) for f in routed)

@@ -47,26 +47,7 @@ class KafkaSource(FixedPartitionedSource[Message, int]):
 
     def list_parts(self) -> list[str]:
         """Ask the broker for the partitions of the configured topics."""
-        s = self._settings
-        admin = AdminClient(s.librdkafka())
-        try:
-            meta = admin.list_topics(timeout=30)
-        except KafkaException as e:
-            msg = f"KAFKA_BOOTSTRAP_SERVERS: cannot reach Kafka at {s.bootstrap_servers}: {e}"
-            raise ConfigError(msg) from None
-        if s.topics_regex:
-            pattern = re.compile(s.topics_regex)
-            topics = sorted(t for t in meta.topics if pattern.fullmatch(t))
-            if not topics:
-                msg = f"KAFKA_TOPICS_REGEX: no topic matches {s.topics_regex!r}"
-                raise ConfigError(msg)
-        else:
-            missing = [t for t in s.topics if t not in meta.topics]
-            if missing:
-                msg = f"KAFKA_TOPICS: no topic {', '.join(missing)} on {s.bootstrap_servers}"
-                raise ConfigError(msg)
-            topics = list(s.topics)
-        return [f"{t}{_SEP}{p}" for t in topics for p in sorted(meta.topics[t].partitions)]
+        return [f"{t}{_SEP}{p}" for t, parts in find_topics(self._settings).items() for p in parts]
 
     def build_part(
         self, step_id: str, for_part: str, resume_state: int | None
@@ -74,6 +55,30 @@ class KafkaSource(FixedPartitionedSource[Message, int]):
         """Open a consumer for one partition, positioned per recovery state or group offset."""
         topic, _, partition = for_part.rpartition(_SEP)
         return KafkaSourcePartition(self._settings, topic, int(partition), resume_state)
+
+
+def find_topics(settings: Settings) -> dict[str, list[int]]:
+    """The partitions of KAFKA_TOPICS or KAFKA_TOPICS_REGEX; ConfigError if none or missing."""
+    s = settings
+    admin = AdminClient(s.librdkafka())
+    try:
+        meta = admin.list_topics(timeout=30)
+    except KafkaException as e:
+        msg = f"KAFKA_BOOTSTRAP_SERVERS: cannot reach Kafka at {s.bootstrap_servers}: {e}"
+        raise ConfigError(msg) from None
+    if s.topics_regex:
+        pattern = re.compile(s.topics_regex)
+        topics = sorted(t for t in meta.topics if pattern.fullmatch(t))
+        if not topics:
+            msg = f"KAFKA_TOPICS_REGEX: no topic matches {s.topics_regex!r}"
+            raise ConfigError(msg)
+    else:
+        missing = [t for t in s.topics if t not in meta.topics]
+        if missing:
+            msg = f"KAFKA_TOPICS: no topic {', '.join(missing)} on {s.bootstrap_servers}"
+            raise ConfigError(msg)
+        topics = list(s.topics)
+    return {t: sorted(meta.topics[t].partitions) for t in topics}
 
 
 class KafkaSourcePartition(StatefulSourcePartition[Message, int]):

@@ -16,6 +16,9 @@ from flows.config import Settings
 from flows.naming import IndexTemplate
 from flows.record import Doc, Record
 
+MAX_ID_BYTES = 512  # Elasticsearch refuses longer ids (and fails the whole bulk request)
+MAX_VERSION = 2**63 - 1
+
 
 class ActionError(ValueError):
     """This record cannot become a bulk action (no id, bad version...): dead-letter it."""
@@ -56,8 +59,13 @@ class ActionBuilder:
         """Encode `doc`; raise ActionError when the record cannot be indexed as configured."""
         rec = doc.record
         meta: dict[str, Any] = {"_index": doc.index or self.index_for(rec)}
-        doc_id = doc.id if doc.id is not None else self._derive_id(doc)
+        doc_id = _as_id(doc.id) if doc.id is not None else self._derive_id(doc)
         if doc_id is not None:
+            if not doc_id or (len(doc_id) > 128 and _utf8_len(doc_id) > MAX_ID_BYTES):
+                msg = (
+                    f"document id must be 1 to {MAX_ID_BYTES} bytes (UTF-8), got {doc_id[:40]!r}..."
+                )
+                raise ActionError(msg)
             meta["_id"] = doc_id
         routing = doc.routing if doc.routing is not None else self._derive_routing(doc)
         if routing is not None:
@@ -74,7 +82,7 @@ class ActionBuilder:
             if doc_id is None:
                 msg = "a delete needs a document id"
                 raise ActionError(msg)
-            return Action(doc_id, orjson.dumps({"delete": meta}) + b"\n", rec)
+            return Action(doc_id, _dumps({"delete": meta}) + b"\n", rec)
         source = doc.source
         if source is None:
             msg = "the document is empty (no source) and is not a delete"
@@ -83,12 +91,8 @@ class ActionBuilder:
             source["@timestamp"] = self._timestamp(doc)
         if self._upsert:
             source = {"doc": source, "doc_as_upsert": True}
-        try:
-            body = orjson.dumps(source)
-        except TypeError as e:  # a transform put a non-JSON value in the document
-            msg = f"document is not JSON-serializable: {e}"
-            raise ActionError(msg) from None
-        return Action(doc_id, orjson.dumps({self._op: meta}) + b"\n" + body + b"\n", rec)
+        body = _dumps(source)
+        return Action(doc_id, _dumps({self._op: meta}) + b"\n" + body + b"\n", rec)
 
     def index_for(self, rec: Record) -> str:
         """The configured index for a record: ES_INDEX_MAP for its topic, else ES_INDEX."""
@@ -128,8 +132,8 @@ class ActionBuilder:
             version = int(raw) if raw is not None else -1
         except ValueError:
             version = -1
-        if version < 0:
-            msg = f"header {self._version_header} must hold a non-negative integer version"
+        if not 0 <= version <= MAX_VERSION:
+            msg = f"header {self._version_header} must hold an integer version 0..2^63-1"
             raise ActionError(msg)
         return version
 
@@ -144,6 +148,20 @@ class ActionBuilder:
             msg = "the record has no timestamp for @timestamp (data stream)"
             raise ActionError(msg)
         return doc.record.timestamp
+
+
+def _dumps(value: Any) -> bytes:
+    """orjson, with what it refuses (a transform's non-JSON value, a lone surrogate in an
+    id or index name, an integer beyond 64 bits) turned into a dead letter."""
+    try:
+        return orjson.dumps(value)
+    except TypeError as e:
+        msg = f"not JSON-serializable: {e}"
+        raise ActionError(msg) from None
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _split(path: str | None) -> tuple[str, ...]:

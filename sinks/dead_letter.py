@@ -8,6 +8,7 @@ letter.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -63,8 +64,7 @@ class DeadLetterProducer:
             raise ValueError(msg)
         self._topic = settings.dlq_topic
         self._budget_s = settings.es_retry_budget_s
-        secrets = (settings.es_password, settings.es_api_key, settings.es_bearer_token)
-        self._secrets = [s.reveal() for s in secrets if s]
+        self._secrets = settings.secrets()
         self._producer = Producer(
             settings.librdkafka(
                 **{
@@ -144,6 +144,13 @@ class DeadLetterProducer:
         self._producer.flush(30)
 
 
+@functools.cache
+def shared_producer(settings: Settings) -> DeadLetterProducer:
+    """One producer per process and settings. Sharing is safe: `send()` waits on `flush()`,
+    which returns only once every queued record, whoever produced it, is confirmed."""
+    return DeadLetterProducer(settings)
+
+
 class DeadLetterSink(FixedPartitionedSink[DeadLetter, None]):
     """Writes dead letters from decode/transform to DLQ_TOPIC, confirmed per batch.
 
@@ -166,8 +173,8 @@ class DeadLetterSink(FixedPartitionedSink[DeadLetter, None]):
     def build_part(
         self, step_id: str, for_part: str, resume_state: None
     ) -> StatefulSinkPartition[DeadLetter, None]:
-        """One producer per partition, built at run time."""
-        return _DeadLetterPartition(DeadLetterProducer(self._settings))
+        """The process's dead-letter producer, built at run time."""
+        return _DeadLetterPartition(shared_producer(self._settings))
 
 
 class _DeadLetterPartition(StatefulSinkPartition[DeadLetter, None]):

@@ -37,8 +37,8 @@ from flows.errors import ConfigError, ElasticsearchUnavailableError
 from flows.policy import ErrorPolicy
 from flows.record import DeadLetter
 from sinks.actions import Action
-from sinks.dead_letter import DeadLetterProducer
-from sinks.es_client import make_client
+from sinks.dead_letter import DeadLetterProducer, shared_producer
+from sinks.es_client import shared_client
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ RETRY_ERROR_TYPES = frozenset(
 )
 _FILTER = "errors,items.*.status,items.*.error.type,items.*.error.reason,items.*.error.caused_by"
 _WARN_EVERY_S = 30.0
+SUMMARY_EVERY_S = 60.0
 
 Chunk = list[Action]
 
@@ -75,9 +76,9 @@ class ElasticsearchSink(FixedPartitionedSink[Chunk, None]):
 
     def build_part(self, step_id: str, for_part: str, resume_state: None) -> EsSinkPartition:
         """Connect, bootstrap the index template once per process, and start buffering."""
-        client = make_client(self._settings)
+        client = shared_client(self._settings)
         _bootstrap_template(client, self._settings)
-        dlq = DeadLetterProducer(self._settings) if self._settings.dlq_topic else None
+        dlq = shared_producer(self._settings) if self._settings.dlq_topic else None
         return EsSinkPartition(self._settings, for_part, client, dlq)
 
 
@@ -106,6 +107,8 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         self._max_bytes = settings.bulk_max_bytes
         self._linger_s = settings.bulk_linger_ms / 1000
         self._gauge = metrics.BUFFERED.labels(name)
+        self._stats = {"indexed": 0, "dead_lettered": 0, "bulks": 0}
+        self._summary_at = clock.monotonic()
 
     # -- Bytewax calls
 
@@ -127,12 +130,21 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
     def snapshot(self) -> None:
         """Make everything buffered durable before Bytewax closes the epoch."""
         self.flush()
+        now = self._clock.monotonic()
+        if now - self._summary_at >= SUMMARY_EVERY_S and self._stats["bulks"]:
+            logger.info(
+                "sink partition %s: %s in %.0fs",
+                self._name,
+                " ".join(f"{k}={v}" for k, v in self._stats.items()),
+                now - self._summary_at,
+            )
+            self._stats = dict.fromkeys(self._stats, 0)
+            self._summary_at = now
         return None
 
     def close(self) -> None:
-        """Flush the rest (clean end of input only) and release connections."""
+        """Flush the rest (clean end of input only); the shared client stays open."""
         self.flush()
-        self._client.close()
         if self._dlq:
             self._dlq.close()
 
@@ -163,7 +175,18 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         started = self._clock.monotonic()
         last_warning = 0.0
         while pending:
-            retry, why = self._attempt(pending, rejected)
+            try:
+                retry, why = self._attempt(pending, rejected)
+            except _TooLarge as too_large:
+                # HTTP 413: halve the request; a single action that is still too large
+                # is rejected for good.
+                if len(pending) == 1:
+                    rejected.append(_dead(pending[0], "request_entity_too_large", str(too_large)))
+                    break
+                half = len(pending) // 2
+                self._send(pending[:half])
+                self._send(pending[half:])
+                return
             if not retry:
                 break
             attempt += 1
@@ -186,18 +209,38 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
             self._clock.sleep(delay)
             pending = retry
         metrics.DOCS_INDEXED.inc(len(actions) - len(rejected))
-        self._policy.check(len(actions) - len(rejected), rejected, len(rejected))
+        self._stats["indexed"] += len(actions) - len(rejected)
+        self._stats["dead_lettered"] += len(rejected)
+        self._account(actions, rejected)
         if rejected:
             if self._dlq is None:  # only reachable with ERRORS_TOLERANCE=none, which raised
                 msg = "rejected documents but no DLQ_TOPIC"
                 raise ConfigError(msg)
             self._dlq.send(rejected)
 
+    def _account(self, actions: list[Action], rejected: list[DeadLetter]) -> None:
+        """Apply the error policy to the rejected actions, in request order."""
+        policy = self._policy
+        run = policy.consecutive
+        if not rejected:
+            policy.end_batch(len(actions), 0, 0)
+            return
+        bad = {id(dl.record): dl for dl in rejected}
+        for action in actions:
+            dl = bad.get(id(action.record))
+            if dl is None:
+                run = 0
+            else:
+                run += 1
+                policy.failed(dl, run)
+        policy.end_batch(len(actions) - len(rejected), len(rejected), run, rejected[-1])
+
     def _attempt(
         self, pending: list[Action], rejected: list[DeadLetter]
     ) -> tuple[list[Action], str]:
         """One bulk request; returns the actions to retry and why."""
         body = b"".join(a.data for a in pending)
+        self._stats["bulks"] += 1
         t0 = time.perf_counter()
         try:
             resp = self._client.bulk(operations=body, filter_path=_FILTER)  # type: ignore[arg-type]
@@ -209,14 +252,8 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
             if status == 429 or status >= 500:
                 metrics.BULK_RETRIES.labels(str(status)).inc(len(pending))
                 return pending, f"HTTP {status}: {e.message}"
-            if status == 413 and len(pending) > 1:
-                half = len(pending) // 2
-                self._send(pending[:half])
-                self._send(pending[half:])
-                return [], ""
             if status == 413:
-                rejected.append(_dead(pending[0], "request_entity_too_large", str(e.message)))
-                return [], ""
+                raise _TooLarge(f"HTTP 413: {e.message}") from None
             msg = f"Elasticsearch refused the bulk request (HTTP {status}): {e.message}"
             raise ConfigError(msg) from None
         finally:
@@ -248,6 +285,10 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         return retry, why
 
 
+class _TooLarge(Exception):
+    """The bulk request exceeded http.max_content_length (HTTP 413)."""
+
+
 def _dead(action: Action, error_type: str, reason: str) -> DeadLetter:
     return DeadLetter(action.record, "index", f"elasticsearch.{error_type}", reason)
 
@@ -270,6 +311,19 @@ def _bootstrap_template(client: Elasticsearch, settings: Settings) -> None:
             msg = f"ES_INDEX_TEMPLATE_FILE: cannot read {path}: {e}"
             raise ConfigError(msg) from None
         name = body.pop("name", None) or Path(path).stem
-        client.indices.put_index_template(name=name, **body)
+        delay = 0.5
+        while True:  # Elasticsearch may not be up yet: wait for it like the sink does
+            try:
+                client.indices.put_index_template(name=name, **body)
+                break
+            except (TransportConnectionError, ConnectionTimeout) as e:
+                logger.warning("index template %s: %s; retrying in %.0fs", name, e, delay)
+            except ApiError as e:
+                if e.meta.status != 429 and e.meta.status < 500:
+                    msg = f"ES_INDEX_TEMPLATE_FILE: Elasticsearch refused {path}: {e.message}"
+                    raise ConfigError(msg) from None
+                logger.warning("index template %s: HTTP %d; retrying", name, e.meta.status)
+            time.sleep(delay)
+            delay = min(delay * 2, 30)
         logger.info("index template %s installed from %s", name, path)
         _templates_done.add(path)

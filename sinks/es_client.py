@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from elasticsearch import Elasticsearch
 from elasticsearch.serializer import OrjsonSerializer
 
 from flows.config import Settings
+
+
+@functools.cache
+def shared_client(settings: Settings) -> Elasticsearch:
+    """One client per process and settings: its connection pool is thread-safe, so every
+    sink partition of every worker thread shares it."""
+    return make_client(settings)
 
 
 def make_client(settings: Settings) -> Elasticsearch:

@@ -38,12 +38,14 @@ def _stack(action: str) -> None:
         # One write thread and a queue of one: concurrent shard writes get 429s.
         "STACK_ES_SETTINGS": "thread_pool.write.size: 1\\nthread_pool.write.queue_size: 1",
     }
-    subprocess.run([str(ROOT / "scripts" / "stack"), action, "es"], env=env, check=True)
+    which = [] if action == "clean" else ["es"]
+    subprocess.run([str(ROOT / "scripts" / "stack"), action, *which], env=env, check=True)
 
 
 @pytest.fixture(scope="module")
 def fault_node(services: Services) -> Iterator[Services]:
     """A second Elasticsearch node with a tiny write queue that tests may stop and start."""
+    _stack("clean")
     _stack("up")
     yield replace(services, es_url=f"http://127.0.0.1:{FAULT_PORT}")
     _stack("down")

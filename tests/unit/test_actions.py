@@ -135,16 +135,38 @@ def test_id_set_by_a_transform_wins() -> None:
         assert action.id == "custom"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG sinks/actions.py:59-61: ids over 512 UTF-8 bytes are not refused; "
-    "Elasticsearch validates every item of a _bulk up front, so one such record makes the "
-    "whole request fail with 400 action_request_validation_exception, which the sink "
-    "raises as ConfigError (flow stops; the record is never dead-lettered)",
-)
 def test_id_longer_than_512_bytes_is_an_action_error() -> None:
     with pytest.raises(ActionError):
         builder().build(doc(key="é" * 257))  # 514 bytes
+
+
+def test_id_of_exactly_512_bytes_is_accepted() -> None:
+    action, parsed = build(doc(key="é" * 256))  # 512 bytes
+    assert parsed[0]["index"]["_id"] == "é" * 256
+    assert action.id == "é" * 256
+
+
+@pytest.mark.parametrize("env", [{}, {"DOC_ID": "field:a"}])
+def test_long_id_refused_from_a_field_or_a_transform(env: dict[str, str]) -> None:
+    with pytest.raises(ActionError, match="512 bytes"):
+        builder(**env).build(doc({"a": "x" * 513}, key="x" * 513))
+    with pytest.raises(ActionError, match="512 bytes"):
+        builder(**env).build(doc(id="x" * 513))
+
+
+@pytest.mark.parametrize("env", [{}, {"DOC_ID": "field:a"}])
+def test_empty_id_is_an_action_error(env: dict[str, str]) -> None:
+    with pytest.raises(ActionError):
+        builder(**env).build(doc({"a": ""}, key=""))
+    with pytest.raises(ActionError):
+        builder(**env).build(doc(id=""))
+
+
+@pytest.mark.parametrize(("value", "expected"), [(7, "7"), (1.5, "1.5"), (b"raw", "raw")])
+def test_non_string_id_set_by_a_transform_becomes_a_string(value: Any, expected: str) -> None:
+    action, parsed = build(doc(id=value))
+    assert parsed[0]["index"]["_id"] == expected
+    assert action.id == expected
 
 
 # -------------------------------------------------------------------------------- index
@@ -263,17 +285,17 @@ def test_bad_version_header_is_an_action_error(headers: tuple[Any, ...]) -> None
         builder(VERSION="header:v").build(doc(rec=record(headers=headers)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG sinks/actions.py:128 (+ :77/:91): the header version is not bounded to a "
-    "signed 64-bit long; 2**64 makes orjson raise TypeError outside the try (escapes "
-    "Processor, which only catches ActionError), and 2**63..2**64-1 is encoded and makes "
-    "Elasticsearch refuse the whole _bulk",
-)
 @pytest.mark.parametrize("value", [b"18446744073709551616", b"9223372036854775808"])
 def test_version_header_beyond_a_long_is_an_action_error(value: bytes) -> None:
     with pytest.raises(ActionError):
         builder(VERSION="header:v").build(doc(rec=record(headers=(("v", value),))))
+
+
+@pytest.mark.parametrize(("value", "expected"), [(b"0", 0), (b"9223372036854775807", 2**63 - 1)])
+def test_version_header_bounds_are_accepted(value: bytes, expected: int) -> None:
+    _, parsed = build(doc(rec=record(headers=(("v", value),))), VERSION="header:v")
+    assert parsed[0]["index"]["version"] == expected
+    assert parsed[0]["index"]["version_type"] == "external"
 
 
 # ------------------------------------------------------------------- routing, pipeline

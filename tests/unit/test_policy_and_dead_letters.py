@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 
 import pytest
 
@@ -46,13 +47,40 @@ def fails(n: int, start: int = 0) -> list[DeadLetter]:
     return [dl(start + i) for i in range(n)]
 
 
+OK = None
+"""A record that succeeded, in a batch walked by `walk`."""
+
+
+def walk(policy: ErrorPolicy, outcomes: Sequence[DeadLetter | None]) -> None:
+    """Walk one batch the way Processor and the sink do (see flows.policy's docstring).
+
+    `outcomes` holds, in record order, OK for a success and a DeadLetter for a failure.
+    """
+    run = policy.consecutive
+    ok = 0
+    failed: list[DeadLetter] = []
+    for outcome in outcomes:
+        if outcome is None:
+            ok += 1
+            run = 0
+        else:
+            run += 1
+            policy.failed(outcome, run)
+            failed.append(outcome)
+    policy.end_batch(ok, len(failed), run, failed[-1] if failed else None)
+
+
+def oks(n: int) -> list[None]:
+    return [OK] * n
+
+
 # ------------------------------------------------------------------------ tolerance none
 
 
 def test_tolerance_none_raises_on_the_first_failure() -> None:
     policy = ErrorPolicy(settings(), "decode/transform")
     with pytest.raises(RecordFailedError) as info:
-        policy.check(5, [dl(7, "deserialize", "invalid JSON"), dl(8)], 1)
+        walk(policy, [*oks(5), dl(7, "deserialize", "invalid JSON"), dl(8)])
     e = info.value
     assert e.where == "orders/3@7"
     assert e.stage == "deserialize"
@@ -63,23 +91,33 @@ def test_tolerance_none_raises_on_the_first_failure() -> None:
     assert "ERRORS_TOLERANCE=none" in msg
 
 
+def test_tolerance_none_raises_whatever_the_run() -> None:
+    policy = ErrorPolicy(settings(), "x")
+    with pytest.raises(RecordFailedError, match="orders/3@1 "):
+        policy.failed(dl(1), 1)
+    with pytest.raises(RecordFailedError, match="orders/3@2 "):
+        policy.failed(dl(2), 0)
+
+
 def test_tolerance_none_without_failures_is_quiet() -> None:
     policy = ErrorPolicy(settings(), "x")
-    policy.check(100, [], 0)
-    policy.check(0, [], 0)
+    walk(policy, oks(100))
+    walk(policy, [])
+    assert (policy.seen, policy.failed_total, policy.consecutive) == (100, 0, 0)
 
 
 @pytest.mark.parametrize("stage", ["deserialize", "transform", "index"])
 def test_tolerance_none_names_the_stage(stage: str) -> None:
     with pytest.raises(RecordFailedError, match=f"at stage {stage}:"):
-        ErrorPolicy(settings(), "x").check(0, [dl(stage=stage)], 1)
+        walk(ErrorPolicy(settings(), "x"), [dl(stage=stage)])
 
 
 def test_tolerance_all_without_limits_never_raises() -> None:
     policy = tolerant()
     for i in range(50):
-        policy.check(0, fails(100, i * 100), 100)
-    assert policy.failed == 5000
+        walk(policy, fails(100, i * 100))
+    assert policy.failed_total == 5000
+    assert policy.consecutive == 5000
 
 
 # ---------------------------------------------------------------- DLQ_MAX_CONSECUTIVE
@@ -87,44 +125,73 @@ def test_tolerance_all_without_limits_never_raises() -> None:
 
 def test_consecutive_limit_trips_only_past_the_limit_across_batches() -> None:
     policy = tolerant(DLQ_MAX_CONSECUTIVE="3")
-    policy.check(0, fails(1), 1)
-    policy.check(0, fails(2, 1), 2)  # 3 in a row: at the limit, not past it
+    walk(policy, fails(1))
+    walk(policy, fails(2, 1))  # 3 in a row: at the limit, not past it
+    assert policy.consecutive == 3
     with pytest.raises(DeadLetterLimitError) as info:
-        policy.check(0, fails(1, 3), 1)  # the 4th
+        walk(policy, fails(1, 3))  # the 4th
     msg = str(info.value)
     assert msg.startswith("test part: 4 records in a row failed (DLQ_MAX_CONSECUTIVE=3)")
-    assert "transform builtins.RuntimeError: boom" in msg
+    assert msg.endswith("Last: orders/3@3 stage transform: builtins.RuntimeError: boom")
 
 
 def test_consecutive_limit_within_one_batch() -> None:
-    tolerant(DLQ_MAX_CONSECUTIVE="3").check(0, fails(3), 3)
+    walk(tolerant(DLQ_MAX_CONSECUTIVE="3"), fails(3))
     with pytest.raises(DeadLetterLimitError, match="4 records in a row"):
-        tolerant(DLQ_MAX_CONSECUTIVE="3").check(0, fails(4), 4)
+        walk(tolerant(DLQ_MAX_CONSECUTIVE="3"), fails(4))
+
+
+def test_consecutive_limit_on_the_run_argument() -> None:
+    policy = tolerant(DLQ_MAX_CONSECUTIVE="3")
+    policy.failed(dl(0), 3)
+    with pytest.raises(DeadLetterLimitError, match="4 records in a row"):
+        policy.failed(dl(1), 4)
+
+
+def test_a_run_ended_by_a_success_inside_the_batch_trips() -> None:
+    with pytest.raises(DeadLetterLimitError, match="4 records in a row"):
+        walk(tolerant(DLQ_MAX_CONSECUTIVE="3"), [OK, *fails(4), OK])
+
+
+def test_a_run_carried_into_a_batch_and_ended_there_trips() -> None:
+    policy = tolerant(DLQ_MAX_CONSECUTIVE="3")
+    walk(policy, [OK, *fails(2)])
+    with pytest.raises(DeadLetterLimitError, match="4 records in a row"):
+        walk(policy, [*fails(2, 2), OK])
 
 
 def test_a_success_resets_the_run() -> None:
     policy = tolerant(DLQ_MAX_CONSECUTIVE="3")
-    policy.check(0, fails(3), 3)
-    policy.check(1, [], 0)  # a success: run over
-    policy.check(0, fails(3), 3)
+    walk(policy, fails(3))
+    walk(policy, [OK])  # a success: run over
+    assert policy.consecutive == 0
+    walk(policy, fails(3))
     assert policy.consecutive == 3
+
+
+def test_a_success_inside_a_batch_resets_the_run() -> None:
+    policy = tolerant(DLQ_MAX_CONSECUTIVE="3")
+    walk(policy, [*fails(3), OK, *fails(3, 3), OK, *fails(2, 6)])
+    assert policy.consecutive == 2
+    assert policy.failed_total == 8
 
 
 def test_trailing_failures_carry_into_the_next_batch() -> None:
     policy = tolerant(DLQ_MAX_CONSECUTIVE="3")
-    policy.check(10, fails(5), 2)  # ends with 2 failures after the last success
+    walk(policy, [*fails(3), *oks(10), *fails(2, 3)])  # ends with 2 failures after a success
     assert policy.consecutive == 2
-    policy.check(0, fails(1), 1)
+    walk(policy, fails(1, 5))
     with pytest.raises(DeadLetterLimitError, match="4 records in a row"):
-        policy.check(0, fails(1), 1)
+        walk(policy, fails(1, 6))
 
 
 def test_batches_with_only_skipped_records_do_not_reset_the_run() -> None:
     policy = tolerant(DLQ_MAX_CONSECUTIVE="2")
-    policy.check(0, fails(2), 2)
-    policy.check(0, [], 0)
+    walk(policy, fails(2))
+    walk(policy, [])
+    assert policy.consecutive == 2
     with pytest.raises(DeadLetterLimitError):
-        policy.check(0, fails(1), 1)
+        walk(policy, fails(1, 2))
 
 
 # ------------------------------------------------------------------------ DLQ_MAX_RATIO
@@ -132,27 +199,58 @@ def test_batches_with_only_skipped_records_do_not_reset_the_run() -> None:
 
 def test_ratio_waits_for_min_records_then_trips() -> None:
     policy = tolerant(DLQ_MAX_RATIO="0.1", DLQ_RATIO_MIN_RECORDS="10")
-    policy.check(7, fails(2), 0)  # 2/9 failed, but fewer than 10 records seen
+    walk(policy, [*fails(2), *oks(7)])  # 2/9 failed, but fewer than 10 records seen
     with pytest.raises(DeadLetterLimitError) as info:
-        policy.check(0, fails(1), 1)  # 3/10 = 30% > 10%
+        walk(policy, fails(1, 2))  # 3/10 = 30% > 10%
     msg = str(info.value)
     assert msg.startswith("test part: 3 of 10 records failed (30.0% > DLQ_MAX_RATIO=0.1)")
 
 
 def test_ratio_equal_to_the_limit_does_not_trip() -> None:
     policy = tolerant(DLQ_MAX_RATIO="0.2", DLQ_RATIO_MIN_RECORDS="10")
-    policy.check(8, fails(2), 0)  # exactly 20%
-    policy.check(10, [], 0)
-    assert (policy.seen, policy.failed) == (20, 2)
+    walk(policy, [*fails(2), *oks(8)])  # exactly 20%
+    walk(policy, oks(10))
+    assert (policy.seen, policy.failed_total) == (20, 2)
     with pytest.raises(DeadLetterLimitError, match=r"5 of 23 records failed \(21\.7%"):
-        policy.check(0, fails(3), 3)  # 5/23 = 21.7%
+        walk(policy, fails(3, 2))  # 5/23 = 21.7%
 
 
 def test_ratio_below_the_limit_never_trips() -> None:
     policy = tolerant(DLQ_MAX_RATIO="0.5", DLQ_RATIO_MIN_RECORDS="1")
-    for _ in range(20):
-        policy.check(2, fails(1), 0)
-    assert policy.failed == 20
+    for i in range(20):
+        walk(policy, [dl(i), OK, OK])
+    assert policy.failed_total == 20
+    assert policy.seen == 60
+
+
+# ------------------------------------------------------------ DeadLetterLimitError text
+
+
+def letter_at(topic: str, partition: int, offset: int) -> DeadLetter:
+    return DeadLetter(
+        rec(offset, partition, topic), "index", "elasticsearch.mapper_parsing_exception", "bad"
+    )
+
+
+def test_consecutive_limit_error_names_the_last_record() -> None:
+    policy = tolerant(DLQ_MAX_CONSECUTIVE="1")
+    with pytest.raises(DeadLetterLimitError) as info:
+        walk(policy, [letter_at("orders", 3, 41), letter_at("pay", 7, 99)])
+    msg = str(info.value)
+    assert "Last: pay/7@99 stage index: elasticsearch.mapper_parsing_exception: bad" in msg
+    assert "orders/3@41" not in msg
+
+
+def test_ratio_limit_error_names_the_last_record() -> None:
+    policy = tolerant(DLQ_MAX_RATIO="0.1", DLQ_RATIO_MIN_RECORDS="1")
+    with pytest.raises(DeadLetterLimitError) as info:
+        walk(policy, [letter_at("orders", 3, 41), OK, letter_at("pay", 7, 99), OK])
+    msg = str(info.value)
+    assert msg.startswith("test part: 2 of 4 records failed (50.0% > DLQ_MAX_RATIO=0.1)")
+    assert "Last: pay/7@99 stage index: elasticsearch.mapper_parsing_exception: bad" in msg
+    assert "orders/3@41" not in msg
+    back = pickle.loads(pickle.dumps(info.value))
+    assert str(back) == msg
 
 
 # ------------------------------------------------------------------------ error headers
@@ -217,6 +315,26 @@ def test_secrets_masked_in_message_and_stacktrace() -> None:
         assert b"K3Y" not in v
 
 
+def test_configured_secrets_masked_in_the_exception_message() -> None:
+    s = settings(
+        ES_USERNAME="elastic",
+        ES_PASSWORD="es-pw-s3cr3t",
+        KAFKA_CONFIG_SASL_PASSWORD="kafka-pw-s3cr3t",
+        KAFKA_CONFIG_CLIENT_ID="client-abc",
+        SCHEMA_REGISTRY_CONFIG_BASIC_AUTH_USER_INFO="sr-user:sr-pw-s3cr3t",
+    )
+    try:
+        msg = "login kafka-pw-s3cr3t, registry sr-user:sr-pw-s3cr3t, es es-pw-s3cr3t, client-abc"
+        raise RuntimeError(msg)
+    except RuntimeError as e:
+        letter = DeadLetter.from_exception(rec(), "transform", e, with_trace=True)
+    assert "kafka-pw-s3cr3t" in letter.message  # masked on the way out, not in the record
+    headers = header_dict(error_headers(letter, s.secrets()))
+    assert headers[P + "exception.message"] == b"login ***, registry ***, es ***, client-abc"
+    for v in headers.values():
+        assert b"s3cr3t" not in v
+
+
 def test_secret_masked_before_truncation() -> None:
     secret = "SUPERSECRETVALUE-0123456789"
     message = "x" * 975 + secret + "y" * 100  # the secret straddles the cut
@@ -277,7 +395,7 @@ def test_other_errors_pickle(cls: type[Exception]) -> None:
 
 def test_policy_error_pickles_with_its_message() -> None:
     with pytest.raises(RecordFailedError) as info:
-        ErrorPolicy(settings(), "x").check(0, [dl(9)], 1)
+        walk(ErrorPolicy(settings(), "x"), [dl(9)])
     back = pickle.loads(pickle.dumps(info.value))
     assert str(back) == str(info.value)
     assert "orders/3@9" in str(back)

@@ -1,0 +1,621 @@
+"""sinks.elasticsearch.EsSinkPartition under injected faults.
+
+A fake client answers `_bulk` per call from a script (filtered bulk bodies, transport
+errors, ApiErrors), a fake clock records sleeps instead of sleeping, and a fake dead-letter
+producer records what would go to the dead-letter topic. Actions are real: ActionBuilder
+encodes them from Docs, and the fake parses the NDJSON the partition sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+import pytest
+from elastic_transport import ApiResponseMeta, ConnectionTimeout, HttpHeaders, NodeConfig
+from elastic_transport import ConnectionError as TransportConnectionError
+from elasticsearch import ApiError, AuthenticationException, AuthorizationException
+from prometheus_client import REGISTRY
+
+from flows.config import Settings
+from flows.errors import (
+    ConfigError,
+    DeadLetterLimitError,
+    ElasticsearchUnavailableError,
+    RecordFailedError,
+)
+from flows.record import DeadLetter, Doc, Record
+from sinks.actions import Action, ActionBuilder
+from sinks.elasticsearch import EsSinkPartition
+
+TOPIC = "orders"
+TS = 1_714_564_800_123
+
+# ----------------------------------------------------------------------------- fakes
+
+Step = Any  # an exception to raise, {id: status | (status, error)} or a callable(body) -> Step
+
+
+class FakeResponse:
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+
+
+def parse(body: bytes) -> list[tuple[str, str | None]]:
+    """(op, _id) of every action in an NDJSON bulk body."""
+    assert body.endswith(b"\n")
+    lines = body.split(b"\n")[:-1]
+    out = []
+    i = 0
+    while i < len(lines):
+        ((op, meta),) = orjson.loads(lines[i]).items()
+        out.append((op, meta.get("_id")))
+        i += 1 if op == "delete" else 2
+    return out
+
+
+def respond(body: bytes, statuses: Mapping[str, Any]) -> dict[str, Any]:
+    """A filtered bulk response: per action, the status (and error) given for its id."""
+    items = []
+    errors = False
+    for op, doc_id in parse(body):
+        spec = statuses.get(doc_id or "", 201)
+        if isinstance(spec, tuple):
+            status, error = spec
+            item: dict[str, Any] = {"status": status, "error": error}
+        else:
+            status = spec
+            item = {"status": status}
+        errors = errors or status >= 300
+        items.append({op: item})
+    return {"errors": errors, "items": items}
+
+
+class FakeClient:
+    """`.bulk()` answers from `script`, one step per call; all-201 once it runs out."""
+
+    def __init__(self, *script: Step, default: Step = None) -> None:
+        self.script = list(script)
+        self.default = default if default is not None else {}
+        self.requests: list[bytes] = []
+        self.filter_paths: list[str] = []
+        self.closed = False
+
+    def bulk(self, *, operations: bytes, filter_path: str) -> FakeResponse:
+        self.requests.append(operations)
+        self.filter_paths.append(filter_path)
+        step = self.script.pop(0) if self.script else self.default
+        while callable(step) and not isinstance(step, BaseException):
+            step = step(operations)
+        if isinstance(step, BaseException):
+            raise step
+        return FakeResponse(respond(operations, step))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def ids(self, n: int) -> list[str | None]:
+        return [doc_id for _, doc_id in parse(self.requests[n])]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class FakeDLQ:
+    def __init__(self) -> None:
+        self.letters: list[DeadLetter] = []
+        self.sends = 0
+        self.closed = False
+
+    def send(self, letters: list[DeadLetter]) -> None:
+        self.sends += 1
+        self.letters.extend(letters)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def api_error(status: int, message: str = "error", cls: type[ApiError] = ApiError) -> ApiError:
+    meta = ApiResponseMeta(
+        status=status,
+        http_version="1.1",
+        headers=HttpHeaders(),
+        duration=0.01,
+        node=NodeConfig("http", "es", 9200),
+    )
+    return cls(message, meta=meta, body={"error": {"type": message}, "status": status})
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def settings(**env: str) -> Settings:
+    base = {
+        "KAFKA_TOPICS": TOPIC,
+        "ERRORS_TOLERANCE": "all",
+        "DLQ_TOPIC": "dead",
+        "ES_RETRY_INITIAL_MS": "100",
+        "ES_RETRY_MAX_MS": "1000",
+    }
+    return Settings.load({**base, **env})
+
+
+def make_actions(
+    s: Settings, *ids: str, delete: bool = False, pad: int = 0, first_offset: int = 0
+) -> list[Action]:
+    b = ActionBuilder(s)
+    out = []
+    for i, doc_id in enumerate(ids):
+        rec = Record(TOPIC, 1, first_offset + i, TS, doc_id.encode(), b"{}")
+        source = None if delete else {"n": i, "pad": "x" * pad}
+        out.append(b.build(Doc(rec, source, key=doc_id, delete=delete)))
+    return out
+
+
+class Rig:
+    def __init__(self, client: FakeClient, **env: str) -> None:
+        self.settings = settings(**env)
+        self.client = client
+        self.clock = FakeClock()
+        self.dlq = FakeDLQ()
+        self.part = EsSinkPartition(
+            self.settings,
+            "es-0000",
+            client,  # type: ignore[arg-type]
+            self.dlq,  # type: ignore[arg-type]
+            clock=self.clock,
+        )
+
+    def actions(self, *ids: str, **kw: Any) -> list[Action]:
+        return make_actions(self.settings, *ids, **kw)
+
+    def write_and_flush(self, *ids: str, **kw: Any) -> list[Action]:
+        acts = self.actions(*ids, **kw)
+        self.part.write_batch([acts])
+        self.part.snapshot()
+        return acts
+
+
+def docs_indexed() -> float:
+    return REGISTRY.get_sample_value("es_sink_docs_indexed_total") or 0.0
+
+
+MAPPER_ERROR = {
+    "type": "mapper_parsing_exception",
+    "reason": "failed to parse field [n] of type [long] in document with id 'b'",
+    "caused_by": {"type": "illegal_argument_exception", "reason": 'For input string: "x"'},
+}
+
+
+# -------------------------------------------------------------------- happy path basics
+
+
+def test_one_request_with_the_exact_bytes_and_filter_path() -> None:
+    rig = Rig(FakeClient())
+    acts = rig.write_and_flush("a", "b", "c")
+    assert rig.client.requests == [b"".join(a.data for a in acts)]
+    assert "items.*.status" in rig.client.filter_paths[0]
+    assert "items.*.error.type" in rig.client.filter_paths[0]
+    assert rig.dlq.letters == []
+    assert rig.clock.sleeps == []
+
+
+def test_counts_indexed_documents() -> None:
+    rig = Rig(FakeClient({"b": (400, MAPPER_ERROR)}))
+    before = docs_indexed()
+    rig.write_and_flush("a", "b", "c")
+    assert docs_indexed() - before == 2
+
+
+# ------------------------------------------------------------------ per-item retries
+
+
+def test_item_429_is_resent_alone_then_succeeds() -> None:
+    rejected = {"type": "es_rejected_execution_exception", "reason": "queue full"}
+    rig = Rig(FakeClient({"b": (429, rejected)}, {}))
+    acts = rig.write_and_flush("a", "b", "c")
+    assert len(rig.client.requests) == 2
+    assert rig.client.ids(1) == ["b"]
+    assert rig.client.requests[1] == acts[1].data
+    assert rig.dlq.letters == []
+    assert len(rig.clock.sleeps) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "etype"),
+    [
+        (503, "unavailable_shards_exception"),
+        (500, "internal_server_error"),
+        (429, "es_rejected_execution_exception"),
+        (429, "circuit_breaking_exception"),
+        (400, "es_rejected_execution_exception"),
+        (403, "cluster_block_exception"),
+    ],
+)
+def test_transient_item_errors_are_retried(status: int, etype: str) -> None:
+    err = (status, {"type": etype, "reason": "try later"})
+    rig = Rig(FakeClient({"b": err}, {"b": err}, {}))
+    rig.write_and_flush("a", "b")
+    assert [rig.client.ids(i) for i in range(3)] == [["a", "b"], ["b"], ["b"]]
+    assert rig.dlq.letters == []
+    assert len(rig.clock.sleeps) == 2
+
+
+def test_retry_and_rejection_in_one_request() -> None:
+    rig = Rig(FakeClient({"b": 503, "c": (400, MAPPER_ERROR)}, {}))
+    rig.write_and_flush("a", "b", "c", "d")
+    assert rig.client.ids(1) == ["b"]
+    assert len(rig.client.requests) == 2
+    assert [dl.record.key for dl in rig.dlq.letters] == [b"c"]
+    assert rig.dlq.sends == 1
+
+
+# ------------------------------------------------------------------- rejected items
+
+
+def test_mapper_parsing_exception_is_dead_lettered() -> None:
+    rig = Rig(FakeClient({"b": (400, MAPPER_ERROR)}))
+    acts = rig.write_and_flush("a", "b", "c")
+    assert len(rig.client.requests) == 1  # not retried
+    assert rig.clock.sleeps == []
+    assert len(rig.dlq.letters) == 1
+    letter = rig.dlq.letters[0]
+    assert letter.record is acts[1].record
+    assert letter.stage == "index"
+    assert letter.error_class == "elasticsearch.mapper_parsing_exception"
+    assert letter.message == (
+        "failed to parse field [n] of type [long] in document with id 'b': "
+        'illegal_argument_exception: For input string: "x"'
+    )
+
+
+def test_rejected_item_without_error_type_is_named_by_status() -> None:
+    rig = Rig(FakeClient({"a": 400}))
+    rig.write_and_flush("a")
+    assert rig.dlq.letters[0].error_class == "elasticsearch.http_400"
+
+
+def test_409_under_external_versioning_is_done() -> None:
+    conflict = (409, {"type": "version_conflict_engine_exception", "reason": "older"})
+    rig = Rig(FakeClient({"a": conflict, "c": conflict}), VERSION="offset")
+    before = docs_indexed()
+    rig.write_and_flush("a", "b", "c")
+    assert rig.dlq.letters == []
+    assert len(rig.client.requests) == 1
+    assert docs_indexed() - before == 3
+
+
+def test_409_after_a_retry_under_external_versioning_is_done() -> None:
+    conflict = (409, {"type": "version_conflict_engine_exception", "reason": "x"})
+    rig = Rig(FakeClient({"a": 503}, {"a": conflict}), VERSION="offset")
+    rig.write_and_flush("a")
+    assert len(rig.client.requests) == 2
+    assert rig.dlq.letters == []
+
+
+def test_409_with_create_is_done() -> None:
+    exists = (409, {"type": "version_conflict_engine_exception", "reason": "already exists"})
+    rig = Rig(FakeClient({"a": exists}), WRITE_METHOD="create")
+    rig.write_and_flush("a", "b")
+    assert parse(rig.client.requests[0])[0][0] == "create"
+    assert rig.dlq.letters == []
+    assert len(rig.client.requests) == 1
+
+
+def test_409_with_plain_index_is_dead_lettered() -> None:
+    conflict = (409, {"type": "version_conflict_engine_exception", "reason": "x"})
+    rig = Rig(FakeClient({"a": conflict}))
+    rig.write_and_flush("a")
+    assert [dl.error_class for dl in rig.dlq.letters] == [
+        "elasticsearch.version_conflict_engine_exception"
+    ]
+
+
+def test_404_on_delete_is_done() -> None:
+    rig = Rig(FakeClient({"a": 404}))
+    rig.write_and_flush("a", "b", delete=True)
+    assert parse(rig.client.requests[0]) == [("delete", "a"), ("delete", "b")]
+    assert rig.dlq.letters == []
+    assert len(rig.client.requests) == 1
+
+
+def test_404_on_index_is_dead_lettered() -> None:
+    missing = (404, {"type": "index_not_found_exception", "reason": "no such index"})
+    rig = Rig(FakeClient({"a": missing}))
+    rig.write_and_flush("a")
+    assert [dl.error_class for dl in rig.dlq.letters] == ["elasticsearch.index_not_found_exception"]
+
+
+def test_tolerance_none_with_a_rejected_item_raises() -> None:
+    s = Settings.load({"KAFKA_TOPICS": TOPIC})
+    client = FakeClient({"b": (400, MAPPER_ERROR)})
+    part = EsSinkPartition(s, "es-0000", client, None, clock=FakeClock())  # type: ignore[arg-type]
+    part.write_batch([make_actions(s, "a", "b", first_offset=10)])
+    with pytest.raises(RecordFailedError) as info:
+        part.snapshot()
+    assert info.value.where == "orders/1@11"
+    assert info.value.stage == "index"
+    assert "elasticsearch.mapper_parsing_exception" in str(info.value)
+
+
+def test_tolerance_none_sends_nothing_to_the_dead_letter_topic() -> None:
+    rig = Rig(FakeClient({"a": (400, MAPPER_ERROR)}), ERRORS_TOLERANCE="none")
+    with pytest.raises(RecordFailedError):
+        rig.write_and_flush("a")
+    assert rig.dlq.sends == 0
+
+
+def test_consecutive_limit_trips_on_rejections_in_a_row() -> None:
+    bad = (400, MAPPER_ERROR)
+    rig = Rig(FakeClient({"b": bad, "c": bad, "d": bad, "e": bad}), DLQ_MAX_CONSECUTIVE="3")
+    with pytest.raises(DeadLetterLimitError, match="DLQ_MAX_CONSECUTIVE=3"):
+        rig.write_and_flush("a", "b", "c", "d", "e")
+
+
+def test_scattered_rejections_are_not_consecutive() -> None:
+    bad = (400, MAPPER_ERROR)
+    rig = Rig(FakeClient({"a": bad, "c": bad, "e": bad, "g": bad}), DLQ_MAX_CONSECUTIVE="3")
+    rig.write_and_flush("a", "b", "c", "d", "e", "f", "g", "h")
+    assert len(rig.dlq.letters) == 4
+
+
+def test_rejections_counted_in_request_order_across_retries() -> None:
+    bad = (400, MAPPER_ERROR)
+    # a is retried and rejected last, but in request order the run is a, b | c ok | d
+    rig = Rig(FakeClient({"a": 503, "b": bad, "d": bad}, {"a": bad}), DLQ_MAX_CONSECUTIVE="2")
+    rig.write_and_flush("a", "b", "c", "d")
+    assert sorted(dl.record.key or b"" for dl in rig.dlq.letters) == [b"a", b"b", b"d"]
+    assert rig.part._policy.consecutive == 1
+    rig.client.default = {"e": bad, "f": bad}
+    with pytest.raises(DeadLetterLimitError, match="3 records in a row"):
+        rig.write_and_flush("e", "f", first_offset=4)
+
+
+def test_consecutive_rejections_carry_across_flushes() -> None:
+    bad = (400, MAPPER_ERROR)
+    rig = Rig(FakeClient(default={"c": bad, "d": bad, "e": bad, "f": bad}), DLQ_MAX_CONSECUTIVE="3")
+    rig.write_and_flush("a", "b", "c", "d")  # a run of 2
+    with pytest.raises(DeadLetterLimitError, match="4 records in a row"):
+        rig.write_and_flush("e", "f", first_offset=4)
+
+
+def test_a_success_in_the_next_flush_ends_the_run() -> None:
+    bad = (400, MAPPER_ERROR)
+    rig = Rig(FakeClient(default={"c": bad, "d": bad, "f": bad}), DLQ_MAX_CONSECUTIVE="2")
+    rig.write_and_flush("a", "b", "c", "d")  # a run of 2
+    rig.write_and_flush("e", "f", first_offset=4)  # e succeeds: the run restarts at f
+    assert len(rig.dlq.letters) == 3
+
+
+# ---------------------------------------------------------------- whole-request errors
+
+
+def test_connection_errors_retried_with_growing_bounded_backoff() -> None:
+    script = [TransportConnectionError("Connection refused") for _ in range(5)]
+    script.insert(2, ConnectionTimeout("timed out"))
+    rig = Rig(FakeClient(*script))
+    acts = rig.write_and_flush("a", "b")
+    body = b"".join(a.data for a in acts)
+    assert rig.client.requests == [body] * 7  # every retry resends everything
+    sleeps = rig.clock.sleeps
+    assert len(sleeps) == 6
+    # cap = min(max, initial * 2**attempt), delay in [cap/2, cap]
+    caps = [0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
+    for delay, cap in zip(sleeps, caps, strict=True):
+        assert cap / 2 <= delay <= cap
+    assert max(sleeps) <= 1.0  # ES_RETRY_MAX_MS
+    assert sleeps[:3] == sorted(sleeps[:3])
+    assert sleeps[2] > sleeps[0]
+    assert rig.dlq.letters == []
+
+
+@pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
+def test_whole_request_overload_is_retried(status: int) -> None:
+    rig = Rig(FakeClient(api_error(status, "overloaded")))
+    rig.write_and_flush("a", "b")
+    assert len(rig.client.requests) == 2
+    assert rig.client.requests[0] == rig.client.requests[1]
+    assert len(rig.clock.sleeps) == 1
+    assert rig.dlq.letters == []
+
+
+def test_retry_budget_exhausted_raises_and_dead_letters_nothing() -> None:
+    down = TransportConnectionError("Connection refused")
+    rig = Rig(FakeClient(default=lambda _body: down), ES_RETRY_BUDGET_S="5")
+    rig.part.write_batch([rig.actions("a", "b")])
+    start = rig.clock.now
+    with pytest.raises(ElasticsearchUnavailableError) as info:
+        rig.part.snapshot()
+    msg = str(info.value)
+    assert "ES_RETRY_BUDGET_S=5.0" in msg
+    assert "2 actions still not written" in msg
+    assert "ConnectionError" in msg
+    assert rig.dlq.letters == []
+    assert rig.dlq.sends == 0
+    elapsed = rig.clock.now - start
+    assert 5 <= elapsed <= 5 + 1.0  # stops within one backoff of the budget
+    assert all(d <= 1.0 for d in rig.clock.sleeps)
+
+
+def test_retry_budget_also_bounds_item_retries() -> None:
+    busy = (429, {"type": "es_rejected_execution_exception", "reason": "full"})
+    rig = Rig(FakeClient(default={"b": busy}), ES_RETRY_BUDGET_S="3")
+    with pytest.raises(ElasticsearchUnavailableError, match="1 actions still not written"):
+        rig.write_and_flush("a", "b")
+    assert rig.dlq.letters == []
+    assert all(ids == ["b"] for ids in (rig.client.ids(i) for i in range(1, 4)))
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (api_error(401, "security_exception", AuthenticationException), 401),
+        (api_error(403, "security_exception", AuthorizationException), 403),
+        (api_error(400, "illegal_argument_exception"), 400),
+        (api_error(404, "not found"), 404),
+    ],
+)
+def test_whole_request_client_errors_raise_instead_of_retrying(
+    error: ApiError, status: int
+) -> None:
+    rig = Rig(FakeClient(error))
+    with pytest.raises(ConfigError, match=f"HTTP {status}"):
+        rig.write_and_flush("a", "b")
+    assert len(rig.client.requests) == 1
+    assert rig.clock.sleeps == []
+    assert rig.dlq.letters == []
+
+
+# -------------------------------------------------------------------------------- 413
+
+
+def too_large_if(big: str) -> Callable[[bytes], Step]:
+    def step(body: bytes) -> Step:
+        return api_error(413, "Request Entity Too Large") if big in str(parse(body)) else {}
+
+    return step
+
+
+def test_413_splits_and_dead_letters_the_single_too_large_action() -> None:
+    rig = Rig(FakeClient(default=too_large_if("big")))
+    acts = rig.write_and_flush("a", "b", "big", "c")
+    requests = [rig.client.ids(i) for i in range(len(rig.client.requests))]
+    assert requests == [["a", "b", "big", "c"], ["a", "b"], ["big", "c"], ["big"], ["c"]]
+    assert [dl.record for dl in rig.dlq.letters] == [acts[2].record]
+    letter = rig.dlq.letters[0]
+    assert letter.stage == "index"
+    assert letter.error_class == "elasticsearch.request_entity_too_large"
+    assert "413" in letter.message  # the sink names the status, not ES's response text
+    assert rig.clock.sleeps == []  # a split is not a retry
+
+
+def test_413_split_counts_each_action_once() -> None:
+    rig = Rig(FakeClient(default=too_large_if("big")))
+    before = docs_indexed()
+    rig.write_and_flush("a", "b", "big", "c")
+    assert docs_indexed() - before == 3
+
+
+def test_413_split_counts_each_rejection_once_for_the_run() -> None:
+    rig = Rig(FakeClient(default=too_large_if("big")), DLQ_MAX_CONSECUTIVE="2")
+    rig.write_and_flush("a", "big1", "big2", "c")  # 2 in a row: at the limit
+    assert [dl.record.key for dl in rig.dlq.letters] == [b"big1", b"big2"]
+    assert rig.part._policy.consecutive == 0
+    assert (rig.part._policy.seen, rig.part._policy.failed_total) == (4, 2)
+    with pytest.raises(DeadLetterLimitError, match="3 records in a row"):
+        rig.write_and_flush("big3", "big4", "big5")
+
+
+def test_413_rejections_count_towards_the_ratio() -> None:
+    rig = Rig(
+        FakeClient(default=too_large_if("big")),
+        DLQ_MAX_RATIO="0.4",
+        DLQ_RATIO_MIN_RECORDS="4",
+    )
+    rig.write_and_flush("a", "big1")  # 1 of 2 failed: below DLQ_RATIO_MIN_RECORDS
+    with pytest.raises(DeadLetterLimitError):
+        rig.write_and_flush("b", "big2")  # 2 of 4 failed = 50% > 40%
+
+
+# ------------------------------------------------------------------------ flush triggers
+
+
+def test_flush_at_bulk_max_actions() -> None:
+    rig = Rig(FakeClient(), BULK_MAX_ACTIONS="3", BULK_LINGER_MS="60000")
+    rig.part.write_batch([rig.actions("a", "b")])
+    assert rig.client.requests == []
+    rig.part.write_batch([rig.actions("c")])
+    assert [rig.client.ids(0)] == [["a", "b", "c"]]
+    rig.part.write_batch([rig.actions("d")])
+    assert len(rig.client.requests) == 1  # buffer was emptied
+
+
+def test_flush_at_bulk_max_bytes_keeps_each_request_within_the_limit() -> None:
+    rig = Rig(FakeClient(), BULK_MAX_BYTES="1024", BULK_LINGER_MS="60000")
+    acts = rig.actions("a", "b", "c", "d", pad=250)
+    assert all(300 < len(a.data) < 340 for a in acts)
+    rig.part.write_batch([acts[:3]])
+    assert rig.client.requests == []
+    rig.part.write_batch([acts[3:]])
+    assert [rig.client.ids(i) for i in range(2)] == [["a", "b", "c"], ["d"]]
+    assert all(len(r) <= 1024 for r in rig.client.requests)
+
+
+def test_flush_after_bulk_linger_ms() -> None:
+    rig = Rig(FakeClient(), BULK_LINGER_MS="500")
+    rig.part.write_batch([rig.actions("a")])
+    rig.clock.now += 0.3
+    rig.part.write_batch([rig.actions("b")])
+    assert rig.client.requests == []
+    rig.clock.now += 0.2  # the oldest action is now 500 ms old
+    rig.part.write_batch([rig.actions("c")])
+    assert rig.client.ids(0) == ["a", "b", "c"]
+    rig.part.write_batch([rig.actions("d")])  # a fresh buffer: its own linger
+    rig.clock.now += 0.4
+    rig.part.write_batch([])
+    assert len(rig.client.requests) == 1
+    rig.clock.now += 0.1
+    rig.part.write_batch([])
+    assert rig.client.ids(1) == ["d"]
+
+
+def test_snapshot_always_flushes() -> None:
+    rig = Rig(FakeClient(), BULK_LINGER_MS="60000")
+    rig.part.write_batch([rig.actions("a"), rig.actions("b")])
+    assert rig.client.requests == []
+    assert rig.part.snapshot() is None
+    assert rig.client.ids(0) == ["a", "b"]
+    rig.part.snapshot()  # nothing buffered: no request
+    assert len(rig.client.requests) == 1
+
+
+def test_close_flushes_and_leaves_the_shared_client_open() -> None:
+    rig = Rig(FakeClient(), BULK_LINGER_MS="60000")
+    rig.part.write_batch([rig.actions("a")])
+    rig.part.close()
+    assert rig.client.ids(0) == ["a"]
+    assert not rig.client.closed  # one client per process, shared by every partition
+    assert rig.dlq.closed
+
+
+def test_large_buffer_is_sent_in_several_requests_within_the_limits() -> None:
+    rig = Rig(FakeClient(), BULK_MAX_ACTIONS="3", BULK_LINGER_MS="60000")
+    ids = [f"d{i}" for i in range(8)]
+    acts = rig.actions(*ids)
+    rig.part.write_batch([acts[:4], acts[4:]])
+    assert [rig.client.ids(i) for i in range(3)] == [ids[0:3], ids[3:6], ids[6:8]]
+    assert len(rig.client.requests) == 3
+    assert b"".join(rig.client.requests) == b"".join(a.data for a in acts)
+
+
+def test_large_buffer_respects_both_limits() -> None:
+    rig = Rig(FakeClient(), BULK_MAX_ACTIONS="4", BULK_MAX_BYTES="1024", BULK_LINGER_MS="60000")
+    ids = [f"d{i}" for i in range(10)]
+    acts = rig.actions(*ids, pad=200)
+    rig.part.write_batch([acts])
+    rig.part.snapshot()
+    sent = [doc_id for i in range(len(rig.client.requests)) for doc_id in rig.client.ids(i)]
+    assert sent == ids
+    for i, body in enumerate(rig.client.requests):
+        assert len(body) <= 1024
+        assert len(rig.client.ids(i)) <= 4
+
+
+def test_an_action_larger_than_bulk_max_bytes_goes_alone() -> None:
+    rig = Rig(FakeClient(), BULK_MAX_BYTES="1024", BULK_LINGER_MS="60000")
+    small = rig.actions("a")
+    big = rig.actions("big", pad=2000)
+    rig.part.write_batch([small + big + rig.actions("c")])
+    assert [rig.client.ids(i) for i in range(3)] == [["a"], ["big"], ["c"]]

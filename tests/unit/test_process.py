@@ -1,0 +1,346 @@
+"""flows.process.Processor on constructed confluent_kafka Messages (no broker)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, Message
+
+from flows.config import Settings
+from flows.errors import DeadLetterLimitError, RecordFailedError
+from flows.process import Processor, is_documents
+from flows.record import DeadLetter, Doc
+from sinks.actions import Action
+
+# `sample_transforms` sits next to this file; import it by whatever name pytest gave us.
+_PACKAGE = __name__.rpartition(".")[0]
+SAMPLE = f"{_PACKAGE}.sample_transforms" if _PACKAGE else "sample_transforms"
+if not _PACKAGE and str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
+sample = importlib.import_module(SAMPLE)
+
+TOPIC = "orders"
+TS = 1_714_564_800_123
+PARTS = 4
+
+
+def settings(**env: str) -> Settings:
+    return Settings.load({"KAFKA_TOPICS": TOPIC, **env})
+
+
+def tolerant(**env: str) -> Settings:
+    return settings(ERRORS_TOLERANCE="all", DLQ_TOPIC="dead", **env)
+
+
+def msg(
+    value: bytes | None,
+    key: bytes | None = b"k1",
+    *,
+    offset: int = 0,
+    partition: int = 5,
+    headers: list[tuple[str, bytes]] | None = None,
+    timestamp: int | None = TS,
+) -> Message:
+    ts = (
+        (TIMESTAMP_CREATE_TIME, timestamp)
+        if timestamp is not None
+        else (TIMESTAMP_NOT_AVAILABLE, 0)
+    )
+    kwargs: dict[str, Any] = {
+        "topic": TOPIC,
+        "partition": partition,
+        "offset": offset,
+        "key": key,
+        "value": value,
+        "timestamp": ts,
+    }
+    if headers is not None:
+        kwargs["headers"] = headers
+    return Message(**kwargs)
+
+
+def good(key: str, offset: int = 0, **source: Any) -> Message:
+    return msg(orjson.dumps({"id": key, **source}), key.encode(), offset=offset)
+
+
+def run(
+    s: Settings, batch: list[Message], transforms: list[Any] | None = None, parts: int = PARTS
+) -> list[tuple[str, Any]]:
+    return Processor(s, transforms or [], parts)(batch)
+
+
+def chunks(out: list[tuple[str, Any]]) -> dict[str, list[Action]]:
+    result: dict[str, list[Action]] = {}
+    for part, item in out:
+        if is_documents((part, item)):
+            assert part not in result  # one chunk per partition and batch
+            result[part] = item
+    return result
+
+
+def letters(out: list[tuple[str, Any]]) -> list[tuple[str, DeadLetter]]:
+    return [(p, item) for p, item in out if isinstance(item, DeadLetter)]
+
+
+def all_actions(out: list[tuple[str, Any]]) -> list[Action]:
+    return [a for c in chunks(out).values() for a in c]
+
+
+def part_of(doc_id: str, parts: int = PARTS) -> str:
+    return str(zlib.crc32(doc_id.encode()) % parts)
+
+
+def action_lines(action: Action) -> list[Any]:
+    return [orjson.loads(line) for line in action.data.split(b"\n")[:-1]]
+
+
+# ------------------------------------------------------------------------------ documents
+
+
+def test_good_json_goes_to_the_crc32_partition() -> None:
+    out = run(settings(), [good("k1", 0), good("user-42", 1), good("zz", 2)])
+    assert letters(out) == []
+    by_part = chunks(out)
+    for part, acts in by_part.items():
+        for a in acts:
+            assert a.id is not None
+            assert part == part_of(a.id)
+    ids = sorted(a.id for a in all_actions(out) if a.id)
+    assert ids == ["k1", "user-42", "zz"]
+    k1 = next(a for a in all_actions(out) if a.id == "k1")
+    assert k1 in by_part[part_of("k1")]
+    assert action_lines(k1) == [
+        {"index": {"_index": "orders", "_id": "k1"}},
+        {"id": "k1"},
+    ]
+    assert (k1.record.topic, k1.record.partition, k1.record.offset) == (TOPIC, 5, 0)
+    assert k1.record.timestamp == TS
+
+
+def test_chunks_keep_record_order_within_a_partition() -> None:
+    batch = [good("same", i, n=i) for i in range(5)]
+    out = run(settings(), batch)
+    assert list(chunks(out)) == [part_of("same")]
+    acts = chunks(out)[part_of("same")]
+    assert [a.record.offset for a in acts] == [0, 1, 2, 3, 4]
+    assert [action_lines(a)[1]["n"] for a in acts] == [0, 1, 2, 3, 4]
+
+
+def test_same_key_always_lands_in_the_same_partition() -> None:
+    s = settings()
+    keys = [f"key-{i}" for i in range(40)]
+    first = {a.id: p for p, c in chunks(run(s, [good(k) for k in keys])).items() for a in c}
+    again = {
+        a.id: p for p, c in chunks(run(s, [good(k) for k in reversed(keys)])).items() for a in c
+    }
+    assert first == again
+    assert first == {k: part_of(k) for k in keys}
+    assert len(set(first.values())) > 1  # the keys really spread over partitions
+
+
+def test_documents_without_id_use_the_record_partition() -> None:
+    out = run(settings(DOC_ID="none"), [msg(b'{"a":1}', partition=6)])
+    assert list(chunks(out)) == [str(6 % PARTS)]
+    assert all_actions(out)[0].id is None
+
+
+def test_null_key_uses_coordinates_as_id() -> None:
+    out = run(settings(), [msg(b'{"a":1}', key=None, offset=9)])
+    (action,) = all_actions(out)
+    assert action.id == "orders-5-9"
+    assert list(chunks(out)) == [part_of("orders-5-9")]
+
+
+def test_missing_timestamp_is_none() -> None:
+    out = run(tolerant(ES_DATA_STREAM="true"), [msg(b"{}", timestamp=None), good("b", 1)])
+    ((_, letter),) = letters(out)  # a data stream needs a timestamp for @timestamp
+    assert letter.record.timestamp is None
+    assert letter.stage == "index"
+    (action,) = all_actions(out)
+    assert action_lines(action)[1]["@timestamp"] == TS
+
+
+# ----------------------------------------------------------------------- bad records
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (b'{"a": ', "invalid JSON"),
+        (b"not json", "invalid JSON"),
+        (b"[1, 2]", "got array"),
+        (b"42", "got number"),
+        (b'"text"', "got string"),
+        (b"null", "got null"),
+    ],
+)
+def test_bad_value_is_a_deserialize_dead_letter(value: bytes, words: str) -> None:
+    out = run(tolerant(), [good("a", 0), msg(value, offset=1, partition=6), good("b", 2)])
+    assert sorted(a.id or "" for a in all_actions(out)) == ["a", "b"]
+    ((part, letter),) = letters(out)
+    assert part == str(6 % PARTS)
+    assert letter.stage == "deserialize"
+    assert letter.error_class == "flows.decode.DecodeError"
+    assert words in letter.message
+    assert letter.record.offset == 1
+
+
+def test_bad_value_with_tolerance_none_raises() -> None:
+    with pytest.raises(RecordFailedError) as info:
+        run(settings(), [good("a", 0), msg(b"[1]", offset=7)])
+    assert info.value.where == "orders/5@7"
+    assert info.value.stage == "deserialize"
+    assert "got array" in str(info.value)
+
+
+def test_bad_json_key_is_a_deserialize_dead_letter() -> None:
+    out = run(tolerant(KEY_FORMAT="json"), [msg(b"{}", key=b"{not json")])
+    ((_, letter),) = letters(out)
+    assert letter.stage == "deserialize"
+    assert "invalid JSON" in letter.message
+
+
+def test_null_key_with_on_null_key_dlq_is_an_index_dead_letter() -> None:
+    out = run(tolerant(ON_NULL_KEY="dlq"), [msg(b"{}", key=None)])
+    assert chunks(out) == {}
+    ((_, letter),) = letters(out)
+    assert letter.stage == "index"
+    assert letter.error_class == "sinks.actions.ActionError"
+
+
+def test_dead_letters_keep_the_original_bytes() -> None:
+    headers = [("trace", b"\x00\xffid"), ("trace", b"second"), ("empty", b"")]
+    raw_value = b'\xff\xfe{"broken'
+    out = run(tolerant(), [msg(raw_value, key=b"\x01key\xff", headers=headers, offset=3)])
+    ((_, letter),) = letters(out)
+    assert letter.record.value == raw_value
+    assert letter.record.key == b"\x01key\xff"
+    assert letter.record.headers == tuple(headers)
+    assert letter.record.timestamp == TS
+    assert (letter.record.topic, letter.record.partition, letter.record.offset) == (TOPIC, 5, 3)
+
+
+# ------------------------------------------------------------------------- tombstones
+
+
+def test_tombstone_ignored_by_default() -> None:
+    assert run(settings(), [msg(None)]) == []
+
+
+def test_tombstone_delete() -> None:
+    out = run(settings(ON_NULL_VALUE="delete"), [msg(None, key=b"gone")])
+    assert letters(out) == []
+    (action,) = all_actions(out)
+    assert action.id == "gone"
+    assert action_lines(action) == [{"delete": {"_index": "orders", "_id": "gone"}}]
+    assert list(chunks(out)) == [part_of("gone")]
+
+
+def test_tombstone_dlq_is_routed_without_tripping_tolerance_none() -> None:
+    s = settings(ON_NULL_VALUE="dlq", DLQ_TOPIC="dead")  # ERRORS_TOLERANCE=none
+    out = run(s, [msg(None, key=b"k", headers=[("h", b"v")], partition=7), good("a", 1)])
+    ((part, letter),) = letters(out)
+    assert part == str(7 % PARTS)
+    assert letter.stage == "deserialize"
+    assert letter.error_class == "NullValue"
+    assert "ON_NULL_VALUE=dlq" in letter.message
+    assert letter.record.value is None
+    assert letter.record.key == b"k"
+    assert letter.record.headers == (("h", b"v"),)
+    assert [a.id for a in all_actions(out)] == ["a"]
+
+
+def test_tombstone_fail_raises() -> None:
+    with pytest.raises(RecordFailedError) as info:
+        run(settings(ON_NULL_VALUE="fail"), [good("a", 0), msg(None, offset=1)])
+    assert info.value.where == "orders/5@1"
+    assert "ON_NULL_VALUE=fail" in str(info.value)
+
+
+# ------------------------------------------------------------------------- transforms
+
+
+def test_raising_python_transform_is_a_transform_dead_letter() -> None:
+    s = tolerant(TRANSFORMS=f"{SAMPLE}:boom")
+    out = run(s, [good("a", 0)])
+    assert chunks(out) == {}
+    ((_, letter),) = letters(out)
+    assert letter.stage == "transform"
+    assert letter.error_class == "builtins.RuntimeError"
+    assert letter.message == "boom"
+    assert letter.stacktrace is None
+
+
+def test_transform_error_with_stacktrace() -> None:
+    s = tolerant(TRANSFORMS=f"{SAMPLE}:boom", DLQ_STACKTRACE="true")
+    ((_, letter),) = letters(run(s, [good("a", 0)]))
+    assert letter.stacktrace is not None
+    assert "RuntimeError: boom" in letter.stacktrace
+
+
+def test_user_transform_raising_with_tolerance_none() -> None:
+    def explode(doc: Doc) -> Doc:
+        raise KeyError("missing")
+
+    with pytest.raises(RecordFailedError) as info:
+        run(settings(), [good("a", 4)], [explode])
+    assert info.value.stage == "transform"
+    assert "builtins.KeyError" in info.value.reason
+
+
+def test_fan_out_makes_two_actions() -> None:
+    s = settings(TRANSFORMS=f"{SAMPLE}:fan_out")
+    out = run(s, [good("a", 0)])
+    acts = all_actions(out)
+    assert sorted(a.id or "" for a in acts) == ["a-0", "a-1"]
+    for part, chunk in chunks(out).items():
+        for a in chunk:
+            assert part == part_of(a.id or "")
+    bodies = sorted(action_lines(a)[1]["part"] for a in acts)
+    assert bodies == [0, 1]
+    assert acts[0].record is acts[1].record
+
+
+def test_dropped_records_produce_nothing() -> None:
+    out = run(settings(TRANSFORMS=f"{SAMPLE}:drop_everything"), [good("a"), good("b")])
+    assert out == []
+
+
+def test_transform_changes_reach_the_action() -> None:
+    (action,) = all_actions(run(settings(TRANSFORMS=f"{SAMPLE}:modify"), [good("a")]))
+    assert action_lines(action)[1] == {"id": "a", "modified": True}
+
+
+# ----------------------------------------------------------------------- error policy
+
+
+def test_consecutive_limit_across_batches() -> None:
+    p = Processor(tolerant(DLQ_MAX_CONSECUTIVE="3"), [], PARTS)
+    p([msg(b"x", offset=0), msg(b"x", offset=1)])
+    p([msg(b"x", offset=2)])
+    with pytest.raises(DeadLetterLimitError, match="4 records in a row"):
+        p([msg(b"x", offset=3)])
+
+
+def test_a_success_at_the_end_of_a_batch_resets_the_run() -> None:
+    p = Processor(tolerant(DLQ_MAX_CONSECUTIVE="2"), [], PARTS)
+    p([msg(b"x", offset=0), msg(b"x", offset=1), good("a", 2)])
+    p([msg(b"x", offset=3), msg(b"x", offset=4)])
+    with pytest.raises(DeadLetterLimitError):
+        p([msg(b"x", offset=5)])
+
+
+@pytest.mark.parametrize("split", [0, 3])
+def test_a_run_ended_inside_a_batch_trips_the_limit(split: int) -> None:
+    p = Processor(tolerant(DLQ_MAX_CONSECUTIVE="3"), [], PARTS)
+    bad = [msg(b"x", offset=i) for i in range(4)]  # 4 failures in a row, then a success
+    with pytest.raises(DeadLetterLimitError):
+        if split:
+            p(bad[:split])
+        p([*bad[split:], good("a", 4)])
