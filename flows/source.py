@@ -60,7 +60,10 @@ class KafkaSource(FixedPartitionedSource[Message, int]):
 def find_topics(settings: Settings) -> dict[str, list[int]]:
     """The partitions of KAFKA_TOPICS or KAFKA_TOPICS_REGEX; ConfigError if none or missing."""
     s = settings
-    admin = AdminClient(s.librdkafka())
+    try:
+        admin = AdminClient(s.librdkafka())
+    except KafkaException as e:
+        raise kafka_config_error(e) from None
     try:
         meta = admin.list_topics(timeout=30)
     except KafkaException as e:
@@ -79,6 +82,14 @@ def find_topics(settings: Settings) -> dict[str, list[int]]:
             raise ConfigError(msg)
         topics = list(s.topics)
     return {t: sorted(meta.topics[t].partitions) for t in topics}
+
+
+def kafka_config_error(exc: KafkaException) -> ConfigError:
+    """librdkafka's refusal of a setting, named as the KAFKA_CONFIG_* variable to fix."""
+    text = str(exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else exc)
+    m = re.search(r'property:? "?([\w.]+)"?', text)
+    name = f"KAFKA_CONFIG_{m.group(1).upper().replace('.', '_')}" if m else "KAFKA_CONFIG_*"
+    return ConfigError(f"{name}: librdkafka refused the configuration: {text}")
 
 
 class KafkaSourcePartition(StatefulSourcePartition[Message, int]):

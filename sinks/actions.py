@@ -183,4 +183,4 @@ def _as_id(value: Any) -> str:
         return value
     if isinstance(value, bytes):
         return value.decode("utf-8", "backslashreplace")
-    return orjson.dumps(value).decode()
+    return _dumps(value).decode()  # a non-JSON value (set by a transform): ActionError

@@ -101,6 +101,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         self._policy = ErrorPolicy(settings, f"sink partition {name}")
         self._external = settings.external_versioning or settings.write_method == "create"
         self._buf: list[Action] = []
+        self._broken = False
         self._bytes = 0
         self._oldest = 0.0
         self._max_actions = settings.bulk_max_actions
@@ -144,6 +145,8 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
 
     def close(self) -> None:
         """Flush the rest (clean end of input only); the shared client stays open."""
+        if self._broken:
+            return
         self.flush()
         if self._dlq:
             self._dlq.close()
@@ -154,15 +157,21 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         """Send the whole buffer in bulks no larger than the configured limits."""
         buf = self._buf
         start = 0
-        while start < len(buf):
-            end, size = start, 0
-            while end < len(buf) and end - start < self._max_actions:
-                size += len(buf[end].data)
-                if size > self._max_bytes and end > start:
-                    break
-                end += 1
-            self._send(buf[start:end])
-            start = end
+        try:
+            while start < len(buf):
+                end, size = start, 0
+                while end < len(buf) and end - start < self._max_actions:
+                    size += len(buf[end].data)
+                    if size > self._max_bytes and end > start:
+                        break
+                    end += 1
+                self._send(buf[start:end])
+                start = end
+        except BaseException:
+            # The flow is stopping on this error; Bytewax may still call close(), which
+            # must not send (and fail on) the same records again.
+            self._broken = True
+            raise
         self._buf = []
         self._bytes = 0
         self._gauge.set(0)

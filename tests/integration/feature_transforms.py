@@ -3,14 +3,29 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from flows.record import Doc
 from flows.transforms import Transform
 
 
 def fail_on_boom(doc: Doc) -> Doc:
-    """Raise ValueError for a body with `"boom": true`; pass everything else."""
+    """Raise ValueError for a body with `"boom": true` (a 5,000-character message with
+    `"long": true`); pass everything else."""
+    if doc.source is not None and doc.source.get("long"):
+        raise ValueError("x" * 5000)
     if doc.source is not None and doc.source.get("boom"):
         raise ValueError(f"boom in record {doc.source.get('id')}")
+    return doc
+
+
+def odd_ids(doc: Doc) -> Doc:
+    """A transform bug: set a non-JSON id (`"odd": "id"`) or key (`"odd": "key"`)."""
+    odd = doc.source.get("odd") if doc.source is not None else None
+    if odd == "id":
+        doc.id = Decimal("1.5")  # type: ignore[assignment]
+    elif odd == "key":
+        doc.key = {"a set"}
     return doc
 
 
