@@ -15,8 +15,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Sequence
 
 import bytewax.operators as op
@@ -24,6 +22,7 @@ from bytewax.dataflow import Dataflow
 
 from flows.config import Settings
 from flows.process import Processor, is_documents
+from flows.runtime import run_args
 from flows.source import KafkaSource
 from flows.transforms import Transform
 from sinks.dead_letter import DeadLetterSink
@@ -62,12 +61,5 @@ def build_flow(
 
 def default_partitions() -> int:
     """At least the total worker count of this run, and at least MIN_PARTITIONS."""
-    workers, processes = 1, 1
-    run_args = getattr(sys.modules.get("__main__"), "kwargs", None)  # bytewax.run's parsed args
-    if isinstance(run_args, dict):
-        workers = run_args.get("workers_per_process") or 1
-        processes = len(run_args.get("addresses") or [None])
-    else:
-        workers = int(os.environ.get("BYTEWAX_WORKERS_PER_PROCESS") or 1)
-        processes = len((os.environ.get("BYTEWAX_ADDRESSES") or "x").split(";"))
-    return max(MIN_PARTITIONS, workers * processes)
+    args = run_args()
+    return max(MIN_PARTITIONS, args.workers_per_process * args.processes)

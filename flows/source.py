@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient
 from flows import metrics, shutdown
 from flows.config import Settings
 from flows.errors import ConfigError, PipelineError
+from flows.runtime import run_args
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +124,12 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             start, origin = resume_offset, "recovery snapshot"
         elif self._committed is not None:
             start, origin = self._committed, f"group {settings.group_id} committed offset"
+            if run_args().recovery:
+                logger.warning(
+                    "source %s/%d: no recovery snapshot although a recovery directory is "
+                    "set (new or replaced directory?); resuming from the %s %d",
+                    topic, partition, origin, start,
+                )  # fmt: skip
         else:
             reset = low if settings.auto_offset_reset == "earliest" else high
             start, origin = reset, f"auto.offset.reset={settings.auto_offset_reset}"

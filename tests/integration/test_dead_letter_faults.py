@@ -59,9 +59,8 @@ def test_unwritable_dead_letter_topic_holds_back_commits(services, es, names, tm
         )
         time.sleep(3)  # several epochs would have closed by now, were it not held back
         assert proc.poll() is None, log.read_text()[-3000:]
-        assert committed_offsets(services.kafka, topic, topic)[0] < 0, (
-            "committed past a dead letter"
-        )
+        # The bad record is offset 1: a commit of at most 1 has not passed it.
+        assert committed_offsets(services.kafka, topic, topic)[0] <= 1, "committed past it"
         assert consume_all(services.kafka, dlq, timeout=2) == []
         _set_max_message_bytes(services.kafka, dlq, 1048588)
         assert proc.wait(120) == 0, log.read_text()[-3000:]

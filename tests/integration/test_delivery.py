@@ -3,6 +3,7 @@ directory, commits never ahead of Elasticsearch, SIGTERM, and two processes."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -138,3 +139,27 @@ def test_two_processes_share_the_partitions(services, es, names, tmp_path):
         assert "starts at offset" in (tmp_path / f"p{i}.log").read_text()
     assert count_docs(es, topic) == 10000
     assert committed_offsets(services.kafka, topic, topic) == {p: 2500 for p in range(4)}
+
+
+def test_deleted_recovery_directory_falls_back_to_committed_offsets(services, es, names, tmp_path):
+    topic = names("lostrecovery")
+    _fill(services, topic, 1, 500)
+    env = {"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": topic}
+    recovery = tmp_path / "recovery"
+    recovery.mkdir()
+    _init_recovery(recovery)
+    args = ("-r", str(recovery), "-s", "1", "-b", "0")
+    assert run_flow(services, env, *args).returncode == 0
+
+    produce(services.kafka, topic, [(f"new-{i}".encode(), b'{"o": -1}') for i in range(300)])
+    es.indices.delete(index=topic)
+    shutil.rmtree(recovery)  # lost with its volume, say
+    recovery.mkdir()
+    _init_recovery(recovery)
+
+    run = run_flow(services, env, *args)
+    assert run.returncode == 0, run.output
+    assert "no recovery snapshot although a recovery directory is set" in run.output
+    # Only what came after the committed offset is read again.
+    docs = search_all(es, topic)
+    assert sorted(docs) == sorted(f"new-{i}" for i in range(300))
