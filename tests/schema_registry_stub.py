@@ -5,8 +5,10 @@ on Maven Central nor on PyPI. This module serves just enough of its REST API, in
 confluent-kafka's `SchemaRegistryClient`, serializers and deserializers to work against it:
 
 - `POST /subjects/{subject}/versions` register: `{"id": n, "guid": g}`; the same schema
-  (text, type and references) always gets the same id, in any subject.
-- `POST /subjects/{subject}` look a schema up in a subject.
+  (text, type and references) always gets the same id, in any subject. Each reference
+  (`name`, `subject`, `version`) must name a registered subject version (else 422, error
+  code 42201, as the real registry answers).
+- `POST /subjects/{subject}` look a schema up in a subject (text, type and references).
 - `GET /subjects`, `GET /subjects/{subject}/versions`,
   `GET /subjects/{subject}/versions/{latest|n}`, `DELETE /subjects/{subject}`.
 - `GET /schemas/ids/{id}` (`{"schema", "schemaType", "references"}`; schemaType is left out
@@ -16,9 +18,19 @@ confluent-kafka's `SchemaRegistryClient`, serializers and deserializers to work 
   client's default ASSOCIATED subject strategy turns into the TOPIC strategy.
 - `GET /config`, `GET /config/{subject}`: `{"compatibilityLevel": "BACKWARD"}`.
 
+PROTOBUF schemas (what confluent-kafka's `ProtobufSerializer` registers, and what it and
+flows.decode fetch back with `?format=serialized`, references included) must be registered
+in the serialized form: a base64 `FileDescriptorProto`. The stand-in has no `.proto`
+parser, so `.proto` text is refused with 422 (the real registry accepts both); every import
+in the file must be a reference's `name` unless it is one of the files clients have built in
+(`google/protobuf/`, `google/type/`, `confluent/`). A protobuf schema is answered in the
+serialized form for `format=serialized` and also without `format` (the real registry would
+answer `.proto` text, which no client here asks for); any other `format` for a protobuf
+schema is treated as an unhandled request (below). Avro and JSON schemas are not validated,
+and nothing is checked for compatibility.
+
 Unknown ids, subjects and versions answer 404 with the registry's error codes 40403, 40401
-and 40402. Nothing is validated or checked for compatibility, and `format=serialized` for
-protobuf returns the schema as registered. Every request is appended to `requests`; a
+and 40402. Every request is appended to `requests` (path and query); a
 request to any other path answers 404 (error code 404) and is recorded in `unhandled`, so a
 test can notice a client calling an endpoint the stand-in lacks. Setting `fail_status` (for
 example 503 or 401) makes every request answer that status, to test outages.
@@ -31,6 +43,8 @@ Usage::
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
 import re
@@ -40,9 +54,10 @@ import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+_PROTOBUF_BUILTIN_FILES = ("google/protobuf/", "google/type/", "confluent/")
 
 
 @dataclass
@@ -69,6 +84,10 @@ class _NotFoundError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class _UnhandledError(Exception):
+    """A request the stand-in does not serve (answered like an unknown path)."""
 
 
 class SchemaRegistryStub:
@@ -151,6 +170,9 @@ class SchemaRegistryStub:
         schema_type = body.get("schemaType") or "AVRO"
         references = body.get("references") or []
         extra = {k: body[k] for k in ("metadata", "ruleSet") if body.get(k) is not None}
+        self._check_references(references)
+        if schema_type == "PROTOBUF":
+            _check_serialized_protobuf(schema, references)
         key = json.dumps([schema, schema_type, references, extra], sort_keys=True)
         with self._lock:
             schema_id = self._by_key.get(key)
@@ -164,6 +186,20 @@ class SchemaRegistryStub:
             if schema_id not in versions:
                 versions.append(schema_id)
             return self._by_id[schema_id]
+
+    def _check_references(self, references: Any) -> None:
+        if not isinstance(references, list):
+            raise ValueError("references must be a list")
+        for ref in references:
+            if not isinstance(ref, dict) or not all(
+                ref.get(k) not in (None, "") for k in ("name", "subject", "version")
+            ):
+                raise ValueError(f"a reference needs name, subject and version: {ref!r}")
+            try:
+                self._version(str(ref["subject"]), str(ref["version"]))
+            except _NotFoundError:
+                msg = f"reference {ref['name']!r}: {ref['subject']} version {ref['version']}"
+                raise ValueError(msg + " is not registered") from None
 
     def _schema(self, schema_id: int) -> _Stored:
         with self._lock:
@@ -206,10 +242,13 @@ class SchemaRegistryStub:
                 if schema_id in ids
             ]
 
-    def handle(self, method: str, path: str, body: Any) -> tuple[int, Any]:
-        """Answer one request: (HTTP status, JSON body)."""
+    def handle(
+        self, method: str, path: str, body: Any, query: dict[str, list[str]] | None = None
+    ) -> tuple[int, Any]:
+        """Answer one request: (HTTP status, JSON body). `query` as `parse_qs` makes it."""
         parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
         route = (method, *(_shape(parts)))
+        fmt = (query or {}).get("format", [None])[-1]
         try:
             if route == ("POST", "subjects", "*", "versions"):
                 stored = self.register(parts[1], body or {})
@@ -222,14 +261,18 @@ class SchemaRegistryStub:
             if route == ("GET", "subjects", "*", "versions"):
                 return 200, list(range(1, len(self._versions(parts[1])) + 1))
             if route == ("GET", "subjects", "*", "versions", "*"):
-                return 200, self._version(parts[1], parts[3])
+                found = self._version(parts[1], parts[3])
+                _check_format(found.get("schemaType"), fmt)
+                return 200, found
             if route == ("DELETE", "subjects", "*"):
                 versions = list(range(1, len(self._versions(parts[1])) + 1))
                 with self._lock:
                     self._subjects.pop(parts[1], None)
                 return 200, versions
             if route == ("GET", "schemas", "ids", "#"):
-                return 200, self._schema(int(parts[2])).body()
+                stored = self._schema(int(parts[2]))
+                _check_format(stored.schema_type, fmt)
+                return 200, stored.body()
             if route == ("GET", "schemas", "ids", "#", "subjects"):
                 self._schema(int(parts[2]))
                 return 200, [s for s, _ in self._subjects_of(int(parts[2]))]
@@ -243,6 +286,7 @@ class SchemaRegistryStub:
                     found = [s for s in self._by_id.values() if s.guid == parts[2]]
                 if not found:
                     raise _NotFoundError(40403, "Schema not found")
+                _check_format(found[0].schema_type, fmt)
                 return 200, found[0].body()
             if route == ("GET", "schemas", "types"):
                 return 200, ["JSON", "PROTOBUF", "AVRO"]
@@ -254,17 +298,51 @@ class SchemaRegistryStub:
             return 404, {"error_code": e.code, "message": e.message}
         except (ValueError, TypeError) as e:
             return 422, {"error_code": 42201, "message": f"Invalid schema: {e}"}
+        except _UnhandledError:
+            pass
         self.unhandled.append((method, path))
         return 404, {"error_code": 404, "message": "HTTP 404 Not Found"}
 
     def _lookup(self, subject: str, body: dict[str, Any]) -> dict[str, Any]:
         ids = self._versions(subject)
         schema_type = body.get("schemaType") or "AVRO"
+        references = body.get("references") or []
         for n, schema_id in enumerate(ids, start=1):
             stored = self._schema(schema_id)
-            if stored.schema == body.get("schema") and stored.schema_type == schema_type:
+            if (
+                stored.schema == body.get("schema")
+                and stored.schema_type == schema_type
+                and stored.references == references
+            ):
                 return self._full(stored, subject, n)
         raise _NotFoundError(40403, "Schema not found")
+
+
+def _check_format(schema_type: str | None, fmt: str | None) -> None:
+    """A protobuf schema is served for no `format` or `format=serialized` only."""
+    if schema_type == "PROTOBUF" and fmt not in (None, "", "serialized"):
+        raise _UnhandledError
+
+
+def _check_serialized_protobuf(schema: str, references: list[dict[str, Any]]) -> None:
+    """Raise ValueError unless `schema` is a base64 FileDescriptorProto whose imports are
+    built in or named by `references`."""
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.message import DecodeError
+
+    try:
+        raw = base64.b64decode(schema, validate=True)
+        file_proto = descriptor_pb2.FileDescriptorProto.FromString(raw)
+    except (binascii.Error, ValueError, DecodeError):
+        msg = (
+            "the stand-in takes protobuf schemas in serialized form only (a base64 "
+            "FileDescriptorProto); it cannot parse .proto text"
+        )
+        raise ValueError(msg) from None
+    names = {ref["name"] for ref in references}
+    for dependency in file_proto.dependency:
+        if not dependency.startswith(_PROTOBUF_BUILTIN_FILES) and dependency not in names:
+            raise ValueError(f"import {dependency!r} has no reference")
 
 
 def _shape(parts: list[str]) -> list[str]:
@@ -318,8 +396,11 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 status, payload = 400, {"error_code": 400, "message": "invalid JSON body"}
             else:
-                # Query parameters (normalize, format, deleted...) are ignored.
-                status, payload = self.registry.handle(method, split.path, body)
+                # `format` is honoured (see the module docstring); other query parameters
+                # (normalize, deleted, subject...) are ignored.
+                status, payload = self.registry.handle(
+                    method, split.path, body, parse_qs(split.query)
+                )
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", _CONTENT_TYPE)

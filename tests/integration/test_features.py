@@ -1038,3 +1038,129 @@ def test_invalid_kafka_config_is_a_one_line_configuration_error(services, names)
     assert run.returncode != 0, run.output
     assert "configuration error: KAFKA_CONFIG_NOT_A_SETTING" in run.output, run.output
     assert "Traceback" not in run.output
+
+
+def _protobuf_event_types() -> dict[str, type]:
+    """it/event.proto built in code (no protoc): Event (nested message, repeated, enum, bytes,
+    64-bit ints, a Timestamp) and Key, the record key."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+
+    fdp = descriptor_pb2.FieldDescriptorProto
+
+    def add(msg, name, number, kind, type_name="", label=fdp.LABEL_OPTIONAL):
+        f = msg.field.add(name=name, number=number, type=kind, label=label)
+        if type_name:
+            f.type_name = type_name
+
+    file_proto = descriptor_pb2.FileDescriptorProto(
+        name="it/event.proto",
+        package="it",
+        syntax="proto3",
+        dependency=["google/protobuf/timestamp.proto"],
+    )
+    kind = file_proto.enum_type.add(name="Kind")
+    for number, name in enumerate(["KIND_UNSPECIFIED", "CLICK", "VIEW"]):
+        kind.value.add(name=name, number=number)
+    event = file_proto.message_type.add(name="Event")
+    inner = event.nested_type.add(name="Inner")
+    add(inner, "score", 1, fdp.TYPE_DOUBLE)
+    add(inner, "labels", 2, fdp.TYPE_STRING, label=fdp.LABEL_REPEATED)
+    add(event, "id", 1, fdp.TYPE_INT64)
+    add(event, "name", 2, fdp.TYPE_STRING)
+    add(event, "tags", 3, fdp.TYPE_STRING, label=fdp.LABEL_REPEATED)
+    add(event, "inner", 4, fdp.TYPE_MESSAGE, ".it.Event.Inner")
+    add(event, "kind", 5, fdp.TYPE_ENUM, ".it.Kind")
+    add(event, "raw", 6, fdp.TYPE_BYTES)
+    add(event, "at", 7, fdp.TYPE_MESSAGE, ".google.protobuf.Timestamp")
+    add(event, "big", 8, fdp.TYPE_UINT64)
+    key = file_proto.message_type.add(name="Key")
+    add(key, "id", 1, fdp.TYPE_STRING)
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(file_proto)
+    return {
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"it.{name}"))
+        for name in ("Event", "Key")
+    }
+
+
+def test_protobuf_values_and_keys_via_schema_registry(services, es, names):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from tests.schema_registry_stub import SchemaRegistryStub
+
+    types = _protobuf_event_types()
+    Event, Key = types["Event"], types["Key"]
+    topic = _topic(services, names, "proto")
+    dlq = _topic(services, names, "proto-dlq")
+    with SchemaRegistryStub() as registry:
+        client = SchemaRegistryClient({"url": registry.url})
+        value_ser = ProtobufSerializer(Event, client)
+        key_ser = ProtobufSerializer(Key, client)
+        vctx = SerializationContext(topic, MessageField.VALUE)
+        kctx = SerializationContext(topic, MessageField.KEY)
+
+        first = Event(id=2**53 + 1, name="click \u2603", tags=["a", "b"], kind=1, raw=b"\x00\xff")
+        first.inner.score = 0.5
+        first.inner.labels.extend(["x"])
+        first.at.seconds = 1_714_564_800
+        first.big = 2**63 - 1
+        second = Event(id=-2, kind=2)  # the rest unset: defaults, no inner, no at
+        good = value_ser(first, vctx)
+        unknown_id = b"\x00" + (9999).to_bytes(4, "big") + good[5:]
+        truncated = good[:-3]
+        produce(
+            services.kafka,
+            topic,
+            [
+                (key_ser(Key(id="e1"), kctx), good),
+                (key_ser(Key(id="e2"), kctx), value_ser(second, vctx)),
+                (key_ser(Key(id="e3"), kctx), unknown_id),  # schema id unknown: dead letter
+                (key_ser(Key(id="e4"), kctx), truncated),  # cut inside a field: dead letter
+            ],
+        )
+        env = {
+            "KAFKA_TOPICS": topic,
+            "KAFKA_GROUP_ID": topic,
+            "VALUE_FORMAT": "protobuf",
+            "KEY_FORMAT": "protobuf",
+            "SCHEMA_REGISTRY_URL": registry.url,
+            "ERRORS_TOLERANCE": "all",
+            "DLQ_TOPIC": dlq,
+        }
+        run = run_flow(services, env)
+        assert registry.unhandled == []
+        fetched = [path for method, path in registry.requests if path.startswith("/schemas/ids/")]
+    assert run.returncode == 0, run.output
+    assert fetched and all("format=serialized" in path for path in fetched), fetched
+
+    # Document ids: the decoded key (an object) as compact JSON.
+    assert search_all(es, topic) == {
+        '{"id":"e1"}': {
+            "id": 2**53 + 1,
+            "name": "click \u2603",
+            "tags": ["a", "b"],
+            "inner": {"score": 0.5, "labels": ["x"]},
+            "kind": "CLICK",
+            "raw": base64.b64encode(b"\x00\xff").decode(),
+            "at": "2024-05-01T12:00:00Z",
+            "big": 2**63 - 1,
+        },
+        '{"id":"e2"}': {
+            "id": -2,
+            "name": "",
+            "tags": [],
+            "kind": "VIEW",
+            "raw": "",
+            "big": 0,
+        },
+    }
+    dead = _dead_letters(services.kafka, dlq)
+    assert [(d["value"], d["ctx"]["offset"]) for d in dead] == [(unknown_id, "2"), (truncated, "3")]
+    assert all(d["ctx"]["stage"] == "deserialize" for d in dead)
+    assert all(d["ctx"]["exception.class.name"] == "flows.decode.DecodeError" for d in dead)
+    assert "schema id 9999" in dead[0]["ctx"]["exception.message"]
+    assert "not a valid it.Event message" in dead[1]["ctx"]["exception.message"]
+    assert committed_offsets(services.kafka, topic, topic) == {0: 4}
