@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,14 @@ REGISTRY_FORMATS = ("avro", "json-schema", "protobuf")
 WRITE_METHODS = ("index", "create", "upsert")
 NULL_VALUE_POLICIES = ("ignore", "delete", "dlq", "fail")
 NULL_KEY_POLICIES = ("coordinates", "dlq")
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """`text` with every secret value replaced by `***` (messages that may quote them)."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
 
 
 class Secret(str):

@@ -13,6 +13,7 @@ from flows.config import Settings
 from flows.errors import ConfigError
 from flows.pipeline import build_flow
 from flows.source import find_topics
+from sinks.elasticsearch import check_credentials
 
 if not logging.getLogger().handlers:
     logging.basicConfig(
@@ -27,6 +28,7 @@ try:
     # This module is the app's entry point, so it may ask Kafka before Bytewax starts: a
     # missing topic or an unreachable broker is then one clear line, not a worker panic.
     find_topics(_settings)
+    check_credentials(_settings)
 except ConfigError as _e:
     sys.exit(f"es_sink: configuration error: {_e}")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 
-from flows.config import Settings
+from flows.config import Settings, redact
 from flows.errors import DeadLetterLimitError, RecordFailedError
 from flows.record import DeadLetter
 
@@ -31,6 +31,7 @@ class ErrorPolicy:
         self.max_ratio = settings.dlq_max_ratio
         self.min_records = settings.dlq_ratio_min_records
         self.where = where
+        self.secrets = settings.secrets()
         self.consecutive = 0
         """Failures in a row at the end of the last batch (the run continues across batches)."""
         self.seen = 0
@@ -43,7 +44,7 @@ class ErrorPolicy:
             err = RecordFailedError(
                 f"{rec.topic}/{rec.partition}@{rec.offset}",
                 dl.stage,
-                f"{dl.error_class}: {dl.message}",
+                f"{dl.error_class}: {redact(dl.message, self.secrets)}",
             )
             logger.error("%s", err)
             raise err
@@ -69,7 +70,7 @@ class ErrorPolicy:
         rec = dl.record
         msg = (
             f"{self.where}: {why}; stopping. Last: {rec.topic}/{rec.partition}@{rec.offset} "
-            f"stage {dl.stage}: {dl.error_class}: {dl.message}"
+            f"stage {dl.stage}: {dl.error_class}: {redact(dl.message, self.secrets)}"
         )
         logger.error("%s", msg)
         raise DeadLetterLimitError(msg)

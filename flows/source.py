@@ -61,15 +61,32 @@ class KafkaSource(FixedPartitionedSource[Message, int]):
 def find_topics(settings: Settings) -> dict[str, list[int]]:
     """The partitions of KAFKA_TOPICS or KAFKA_TOPICS_REGEX; ConfigError if none or missing."""
     s = settings
+    auth_errors: list[KafkaError] = []
+
+    def on_error(err: KafkaError) -> None:
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+            auth_errors.append(err)
+
     try:
-        admin = AdminClient(s.librdkafka())
+        admin = AdminClient(s.librdkafka(error_cb=on_error))
     except KafkaException as e:
         raise kafka_config_error(e) from None
-    try:
-        meta = admin.list_topics(timeout=30)
-    except KafkaException as e:
-        msg = f"KAFKA_BOOTSTRAP_SERVERS: cannot reach Kafka at {s.bootstrap_servers}: {e}"
-        raise ConfigError(msg) from None
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            meta = admin.list_topics(timeout=2)
+            break
+        except KafkaException as e:
+            admin.poll(0)  # serves error_cb
+            if auth_errors:
+                msg = (
+                    "KAFKA_CONFIG_SASL_USERNAME/KAFKA_CONFIG_SASL_PASSWORD: Kafka refused the "
+                    f"credentials: {auth_errors[0].str()}"
+                )
+                raise ConfigError(msg) from None
+            if time.monotonic() > deadline:
+                msg = f"KAFKA_BOOTSTRAP_SERVERS: cannot reach Kafka at {s.bootstrap_servers}: {e}"
+                raise ConfigError(msg) from None
     if s.topics_regex:
         pattern = re.compile(s.topics_regex)
         topics = sorted(t for t in meta.topics if pattern.fullmatch(t))

@@ -18,7 +18,7 @@ from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
 from confluent_kafka import KafkaError, Producer
 
 from flows import metrics
-from flows.config import Settings
+from flows.config import Settings, redact
 from flows.errors import DeadLetterDeliveryError
 from flows.record import DeadLetter
 
@@ -47,9 +47,7 @@ def error_headers(dl: DeadLetter, secrets: Sequence[str] = ()) -> list[tuple[str
 
 
 def _redact(text: str, secrets: Sequence[str], limit: int) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
+    text = redact(text, secrets)
     if len(text) > limit:
         text = text[: limit - 15] + "... (truncated)"
     return text.encode("utf-8", "replace").decode("utf-8")

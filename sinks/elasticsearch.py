@@ -28,7 +28,7 @@ from typing import Any
 
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
 from elastic_transport import ConnectionError as TransportConnectionError
-from elastic_transport import ConnectionTimeout
+from elastic_transport import ConnectionTimeout, TlsError
 from elasticsearch import ApiError, Elasticsearch
 
 from flows import metrics
@@ -255,7 +255,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
             resp = self._client.bulk(operations=body, filter_path=_FILTER)  # type: ignore[arg-type]
         except (TransportConnectionError, ConnectionTimeout) as e:
             metrics.BULK_RETRIES.labels("connection").inc(len(pending))
-            return pending, f"{type(e).__name__}: {e}"
+            return pending, f"{type(e).__name__}: {e.message}"
         except ApiError as e:
             status = e.meta.status
             if status == 429 or status >= 500:
@@ -263,8 +263,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
                 return pending, f"HTTP {status}: {e.message}"
             if status == 413:
                 raise _TooLarge(f"HTTP 413: {e.message}") from None
-            msg = f"Elasticsearch refused the bulk request (HTTP {status}): {e.message}"
-            raise ConfigError(msg) from None
+            raise _refused(e, "the bulk request") from None
         finally:
             metrics.BULK_SECONDS.observe(time.perf_counter() - t0)
         body_json = resp.body
@@ -294,12 +293,45 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         return retry, why
 
 
+def _refused(e: ApiError, what: str) -> ConfigError:
+    """A request Elasticsearch will never accept as sent: name the settings to check."""
+    status = e.meta.status
+    reason = e.message
+    if isinstance(e.body, dict) and isinstance(e.body.get("error"), dict):
+        reason = f"{e.body['error'].get('type')}: {e.body['error'].get('reason')}"
+    hint = ""
+    if status == 401:
+        hint = " (check ES_USERNAME/ES_PASSWORD, ES_API_KEY or ES_BEARER_TOKEN)"
+    elif status == 403:
+        hint = " (the credentials lack a privilege: index, create_index or auto_configure)"
+    return ConfigError(f"ES_HOSTS: Elasticsearch refused {what} with HTTP {status}: {reason}{hint}")
+
+
 class _TooLarge(Exception):
     """The bulk request exceeded http.max_content_length (HTTP 413)."""
 
 
 def _dead(action: Action, error_type: str, reason: str) -> DeadLetter:
     return DeadLetter(action.record, "index", f"elasticsearch.{error_type}", reason)
+
+
+def check_credentials(settings: Settings) -> None:
+    """Fail at start on what retrying cannot fix (bad credentials, an untrusted certificate);
+    an unreachable node is fine: the sink waits for it."""
+    client = shared_client(settings)
+    try:
+        client.info()
+    except TlsError as e:
+        msg = f"ES_CA_CERTS: TLS with {', '.join(settings.es_hosts)} failed: {e.message}"
+        raise ConfigError(msg) from None
+    except (TransportConnectionError, ConnectionTimeout) as e:
+        logger.warning("Elasticsearch is not reachable yet (%s); the sink will wait", e.message)
+    except ApiError as e:
+        if e.meta.status in (401, 403):
+            raise _refused(e, "the credentials") from None
+        logger.warning(
+            "Elasticsearch answered HTTP %d at start; the sink will retry", e.meta.status
+        )
 
 
 _template_lock = threading.Lock()
@@ -326,11 +358,11 @@ def _bootstrap_template(client: Elasticsearch, settings: Settings) -> None:
                 client.indices.put_index_template(name=name, **body)
                 break
             except (TransportConnectionError, ConnectionTimeout) as e:
-                logger.warning("index template %s: %s; retrying in %.0fs", name, e, delay)
+                logger.warning("index template %s: %s; retrying in %.0fs", name, e.message, delay)
             except ApiError as e:
                 if e.meta.status != 429 and e.meta.status < 500:
-                    msg = f"ES_INDEX_TEMPLATE_FILE: Elasticsearch refused {path}: {e.message}"
-                    raise ConfigError(msg) from None
+                    what = f"the index template in ES_INDEX_TEMPLATE_FILE {path}"
+                    raise _refused(e, what) from None
                 logger.warning("index template %s: HTTP %d; retrying", name, e.meta.status)
             time.sleep(delay)
             delay = min(delay * 2, 30)
