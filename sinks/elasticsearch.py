@@ -327,7 +327,9 @@ def check_credentials(settings: Settings) -> None:
     except (TransportConnectionError, ConnectionTimeout) as e:
         logger.warning("Elasticsearch is not reachable yet (%s); the sink will wait", e.message)
     except ApiError as e:
-        if e.meta.status in (401, 403):
+        # 403 only means these credentials may not read GET / (cluster monitor); they may
+        # still write, which is all the sink needs.
+        if e.meta.status == 401:
             raise _refused(e, "the credentials") from None
         logger.warning(
             "Elasticsearch answered HTTP %d at start; the sink will retry", e.meta.status
