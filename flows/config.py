@@ -139,9 +139,17 @@ class Settings:
             out.extend(v for k, v in conf.items() if _SENSITIVE.search(k) and v)
         return out
 
-    def librdkafka(self, **overrides: Any) -> dict[str, Any]:
-        """The librdkafka configuration: bootstrap servers, pass-through settings, overrides."""
-        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_config, **overrides}
+    def librdkafka(
+        self, defaults: Mapping[str, Any] | None = None, **overrides: Any
+    ) -> dict[str, Any]:
+        """The librdkafka configuration: our `defaults`, then the user's pass-through
+        settings (which win over defaults), then `overrides` the flow relies on."""
+        return {
+            **(defaults or {}),
+            "bootstrap.servers": self.bootstrap_servers,
+            **self.kafka_config,
+            **overrides,
+        }
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -123,6 +123,12 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._awake: datetime | None = None
         self._consumer = Consumer(
             settings.librdkafka(
+                # librdkafka prefetches up to 64 MB and 100,000 records per consumer, and
+                # there is one consumer per partition: bound that to keep memory flat.
+                defaults={
+                    "queued.max.messages.kbytes": 8192,
+                    "queued.min.messages": max(5 * settings.consume_batch_size, 1000),
+                },
                 **{
                     "group.id": settings.group_id,
                     "enable.auto.commit": "false",
