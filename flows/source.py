@@ -135,8 +135,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                     "enable.auto.offset.store": "false",
                     "auto.offset.reset": settings.auto_offset_reset,
                     "enable.partition.eof": "false",
-                    "on_commit": _log_commit_errors,
-                }
+                    "on_commit": self._on_commit,
+                },
             )
         )
         tp = TopicPartition(topic, partition)
@@ -222,14 +222,36 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         return shutdown.requested() or (self._stop_at_end and self._next >= self._end)
 
     def _commit(self, offset: int, final: bool) -> None:
+        """Commit `offset`; `_committed` moves only when Kafka confirms (`_on_commit`), so a
+        failed commit is queued again by the next snapshot."""
         tp = TopicPartition(self._topic, self._partition, offset)
+        self._pending = None
         if final:
             # The last commit before stopping must land, or a restart replays the tail.
-            _retry(lambda: self._consumer.commit(offsets=[tp], asynchronous=False))
+            def commit_now() -> None:
+                result = self._consumer.commit(offsets=[tp], asynchronous=False)
+                self._on_commit(None, result or [])
+                if self._committed != offset:
+                    raise KafkaException(KafkaError(KafkaError._FAIL, "commit not confirmed"))
+
+            _retry(commit_now)
         else:
             self._consumer.commit(offsets=[tp], asynchronous=True)
-        self._committed = offset
-        self._pending = None
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """Kafka's answer to a commit (served inside consume()/commit())."""
+        if err is not None:
+            logger.warning("source %s/%d: offset commit failed (retried next epoch): %s",
+                           self._topic, self._partition, err)  # fmt: skip
+            return
+        for tp in partitions:
+            if tp.topic != self._topic or tp.partition != self._partition:
+                continue
+            if tp.error is not None:
+                logger.warning("source %s/%d: offset commit failed (retried next epoch): %s",
+                               self._topic, self._partition, tp.error)  # fmt: skip
+            elif self._committed is None or tp.offset > self._committed:
+                self._committed = tp.offset
 
     def _check(self, msg: Message) -> bool:
         err = msg.error()
@@ -240,15 +262,6 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             return False
         msg_ = f"source {self._topic}/{self._partition}: {err}"
         raise KafkaSourceError(msg_)
-
-
-def _log_commit_errors(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-    if err is not None:
-        logger.warning("offset commit failed (the next epoch retries it): %s", err)
-        return
-    for tp in partitions:
-        if tp.error is not None:
-            logger.warning("offset commit failed for %s/%d: %s", tp.topic, tp.partition, tp.error)
 
 
 def _retry(call: Callable[[], Any], attempts: int = 10) -> None:
