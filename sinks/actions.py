@@ -54,18 +54,35 @@ class ActionBuilder:
         self._pipeline = settings.es_pipeline
         self._data_stream = settings.es_data_stream
         self._ts_path = _split(settings.es_timestamp_field)
+        # The common case (index/create with only _index and _id in the action line) skips
+        # the metadata dict: the line is a cached prefix, the id as JSON, and a suffix.
+        self._plain = not (
+            routing or self._pipeline or self._data_stream or self._upsert
+            or self._version_offset or self._version_header is not None
+        )  # fmt: skip
+        self._prefixes: dict[str, tuple[bytes, bytes]] = {}
+        self._topic_index: dict[str, str] = {}
 
     def build(self, doc: Doc) -> Action:
         """Encode `doc`; raise ActionError when the record cannot be indexed as configured."""
         rec = doc.record
-        meta: dict[str, Any] = {"_index": doc.index or self.index_for(rec)}
+        index = doc.index or self.index_for(rec)
         doc_id = _as_id(doc.id) if doc.id is not None else self._derive_id(doc)
+        if doc_id is not None and (
+            not doc_id or (len(doc_id) > 128 and _utf8_len(doc_id) > MAX_ID_BYTES)
+        ):
+            msg = f"document id must be 1 to {MAX_ID_BYTES} bytes (UTF-8), got {doc_id[:40]!r}..."
+            raise ActionError(msg)
+        if self._plain and doc.routing is None and not doc.delete and doc.source is not None:
+            prefixes = self._prefixes.get(index)
+            if prefixes is None:
+                prefixes = self._prefixes[index] = self._line_prefixes(index)
+            body = _dumps(doc.source)
+            if doc_id is None:
+                return Action(None, prefixes[1] + body + b"\n", rec)
+            return Action(doc_id, prefixes[0] + _dumps(doc_id) + b"}}\n" + body + b"\n", rec)
+        meta: dict[str, Any] = {"_index": index}
         if doc_id is not None:
-            if not doc_id or (len(doc_id) > 128 and _utf8_len(doc_id) > MAX_ID_BYTES):
-                msg = (
-                    f"document id must be 1 to {MAX_ID_BYTES} bytes (UTF-8), got {doc_id[:40]!r}..."
-                )
-                raise ActionError(msg)
             meta["_id"] = doc_id
         routing = doc.routing if doc.routing is not None else self._derive_routing(doc)
         if routing is not None:
@@ -96,8 +113,19 @@ class ActionBuilder:
 
     def index_for(self, rec: Record) -> str:
         """The configured index for a record: ES_INDEX_MAP for its topic, else ES_INDEX."""
+        name = self._topic_index.get(rec.topic)
+        if name is not None:
+            return name
         template = self._index_map.get(rec.topic, self._default_index)
-        return template.render(rec.topic, rec.timestamp)
+        name = template.render(rec.topic, rec.timestamp)
+        if not template.has_date:  # the same for every record of this topic
+            self._topic_index[rec.topic] = name
+        return name
+
+    def _line_prefixes(self, index: str) -> tuple[bytes, bytes]:
+        """Action-line bytes for `index`: (with `_id` still to append, without `_id`)."""
+        head = b'{"' + self._op.encode() + b'":{"_index":' + _dumps(index)
+        return head + b',"_id":', head + b"}}\n"
 
     def _derive_id(self, doc: Doc) -> str | None:
         mode = self._id_mode
