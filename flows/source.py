@@ -165,6 +165,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._next = start
         self._end = high
         self._pending: int | None = None
+        self._inflight = 0  # asynchronous commits not yet answered
         self._consumer.assign([TopicPartition(topic, partition, self._next)])
         logger.info(
             "source partition %s/%d starts at offset %d (%s); log end %d",
@@ -227,23 +228,35 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         tp = TopicPartition(self._topic, self._partition, offset)
         self._pending = None
         if final:
+            # An earlier asynchronous commit still parked in librdkafka (broker away) could
+            # land after this one and move the group back: let those finish first.
+            deadline = time.monotonic() + 60
+            while self._inflight and time.monotonic() < deadline:
+                self._consumer.consume(1, 0.2)  # serves commit callbacks; records not emitted
+
             # The last commit before stopping must land, or a restart replays the tail.
             def commit_now() -> None:
                 result = self._consumer.commit(offsets=[tp], asynchronous=False)
-                self._on_commit(None, result or [])
+                self._confirm(result or [])
                 if self._committed != offset:
                     raise KafkaException(KafkaError(KafkaError._FAIL, "commit not confirmed"))
 
             _retry(commit_now)
         else:
+            self._inflight += 1
             self._consumer.commit(offsets=[tp], asynchronous=True)
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        """Kafka's answer to a commit (served inside consume()/commit())."""
+        """Kafka's answer to a commit (served inside consume() or the final commit)."""
+        self._inflight = max(self._inflight - 1, 0)
         if err is not None:
             logger.warning("source %s/%d: offset commit failed (retried next epoch): %s",
                            self._topic, self._partition, err)  # fmt: skip
             return
+        self._confirm(partitions)
+
+    def _confirm(self, partitions: list[TopicPartition]) -> None:
+        """Advance `_committed` to what Kafka confirmed for this partition."""
         for tp in partitions:
             if tp.topic != self._topic or tp.partition != self._partition:
                 continue

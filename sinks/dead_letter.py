@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from flows import metrics
 from flows.config import Settings, redact
@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS = 1000
 MAX_STACKTRACE_CHARS = 8000
 _P = "__connect.errors."
+VALUE_OMITTED_HEADER = "__es_sink.value.omitted"
+_TOO_LARGE = (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE)
 
 
 def error_headers(dl: DeadLetter, secrets: Sequence[str] = ()) -> list[tuple[str, bytes]]:
@@ -65,21 +67,31 @@ class DeadLetterProducer:
         self._secrets = settings.secrets()
         self._producer = Producer(
             settings.librdkafka(
-                defaults={"linger.ms": 5, "message.max.bytes": 16777216, "compression.type": "lz4"},
+                defaults={
+                    "linger.ms": 5,
+                    "message.max.bytes": 1_000_000_000,
+                    "compression.type": "lz4",
+                },
                 # No duplicates or reordering on retries, and no loss on a leader change.
                 **{"enable.idempotence": True, "acks": "all"},
             )
         )
 
     def send(self, letters: Sequence[DeadLetter]) -> None:
-        """Produce `letters` and block until all are confirmed (retrying failed ones)."""
+        """Produce `letters` and block until all are confirmed (retrying failed ones).
+
+        A record too large for the dead-letter topic (message.max.bytes) is sent again
+        without its value, with a header saying so and where the original is: never
+        dropped, never a crash loop.
+        """
         pending = list(letters)
+        oversized: set[int] = set()
         attempt = 0
         started = time.monotonic()
         while pending:
             failed: list[tuple[DeadLetter, KafkaError]] = []
             for dl in pending:
-                self._produce(dl, failed)
+                self._produce(dl, failed, oversized)
             remaining = self._producer.flush(30)
             if remaining:
                 logger.warning(
@@ -90,6 +102,9 @@ class DeadLetterProducer:
                     self._check_budget(started, "deliveries stay unconfirmed")
             if not failed:
                 break
+            for dl, err in failed:
+                if err.code() in _TOO_LARGE:
+                    oversized.add(id(dl))
             pending = [dl for dl, _ in failed]
             attempt += 1
             self._check_budget(started, f"delivery failed: {failed[0][1]}")
@@ -102,28 +117,50 @@ class DeadLetterProducer:
         for dl in letters:
             metrics.DEAD_LETTERS.labels(dl.stage).inc()
 
-    def _produce(self, dl: DeadLetter, failed: list[tuple[DeadLetter, KafkaError]]) -> None:
+    def _produce(
+        self,
+        dl: DeadLetter,
+        failed: list[tuple[DeadLetter, KafkaError]],
+        oversized: set[int],
+    ) -> None:
         def on_delivery(err: KafkaError | None, _msg: object) -> None:
             if err is not None:
                 failed.append((dl, err))
 
         rec = dl.record
+        value = rec.value
         headers: list[tuple[str, str | bytes | None]] = [
             *rec.headers,
             *error_headers(dl, self._secrets),
         ]
+        if id(dl) in oversized:
+            value = None
+            note = (
+                f"original value of {len(rec.value or b'')} bytes is larger than the "
+                f"dead-letter topic accepts; read it from {rec.topic}/{rec.partition}@{rec.offset}"
+            )
+            headers.append((VALUE_OMITTED_HEADER, note.encode()))
         while True:
             try:
                 self._producer.produce(
-                    self._topic,
-                    value=rec.value,
-                    key=rec.key,
-                    headers=headers,
-                    on_delivery=on_delivery,
+                    self._topic, value=value, key=rec.key, headers=headers, on_delivery=on_delivery
                 )
                 return
             except BufferError:  # local queue full: let deliveries drain, then go on
                 self._producer.poll(0.5)
+            except KafkaException as e:
+                err = e.args[0]
+                if not isinstance(err, KafkaError) or err.code() not in _TOO_LARGE:
+                    raise
+                if id(dl) in oversized:  # too large even without its value
+                    raise
+                logger.warning(
+                    "dead-letter topic %s: %s@%d is too large (%s); sending it without its value",
+                    self._topic, rec.topic, rec.offset, err.str(),
+                )  # fmt: skip
+                oversized.add(id(dl))
+                self._produce(dl, failed, oversized)
+                return
 
     def _check_budget(self, started: float, why: str) -> None:
         if self._budget_s and time.monotonic() - started > self._budget_s:
