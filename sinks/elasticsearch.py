@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import threading
 import time
 from pathlib import Path
@@ -258,6 +259,8 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
             return pending, f"{type(e).__name__}: {e.message}"
         except ApiError as e:
             status = e.meta.status
+            if status == 429 and _over_pressure_limit(str(e.body)):
+                raise _TooLarge(f"HTTP 429: {_reason(e.body)}") from None  # split, then reject
             if status == 429 or status >= 500:
                 metrics.BULK_RETRIES.labels(str(status)).inc(len(pending))
                 return pending, f"HTTP {status}: {e.message}"
@@ -280,12 +283,22 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
             etype = error.get("type", "") if isinstance(error, dict) else str(error)
             if (status == 409 and self._external) or (status == 404 and op == "delete"):
                 continue
+            reason = error.get("reason", "") if isinstance(error, dict) else ""
+            alone = len(pending) == 1  # then the request's bytes are this action's
+            if (
+                (status == 429 or etype in RETRY_ERROR_TYPES)
+                and alone
+                and _over_pressure_limit(reason, len(action.data))
+            ):
+                # This one operation alone is larger than the node's indexing-pressure limit:
+                # no retry can succeed.
+                rejected.append(_dead(action, etype, reason))
+                continue
             if status == 429 or status >= 500 or etype in RETRY_ERROR_TYPES:
                 metrics.BULK_RETRIES.labels(str(status)).inc()
                 retry.append(action)
                 why = f"{status} {etype}"
                 continue
-            reason = error.get("reason", "") if isinstance(error, dict) else ""
             caused = error.get("caused_by") if isinstance(error, dict) else None
             if isinstance(caused, dict) and caused.get("reason"):
                 reason = f"{reason}: {caused.get('type')}: {caused['reason']}"
@@ -296,15 +309,32 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
 def _refused(e: ApiError, what: str) -> ConfigError:
     """A request Elasticsearch will never accept as sent: name the settings to check."""
     status = e.meta.status
-    reason = e.message
-    if isinstance(e.body, dict) and isinstance(e.body.get("error"), dict):
-        reason = f"{e.body['error'].get('type')}: {e.body['error'].get('reason')}"
+    reason = _reason(e.body) if isinstance(e.body, dict) else e.message
     hint = ""
     if status == 401:
         hint = " (check ES_USERNAME/ES_PASSWORD, ES_API_KEY or ES_BEARER_TOKEN)"
     elif status == 403:
         hint = " (the credentials lack a privilege: index, create_index or auto_configure)"
     return ConfigError(f"ES_HOSTS: Elasticsearch refused {what} with HTTP {status}: {reason}{hint}")
+
+
+_PRESSURE = re.compile(r"(coordinating|primary)_operation_bytes=(\d+).*?max_\w*?bytes=(\d+)")
+
+
+def _over_pressure_limit(reason: str, own_bytes: int = 0) -> bool:
+    """True when an indexing-pressure 429 can never clear: the operation (for a primary
+    operation, together with its own request's `own_bytes`) exceeds the node's limit."""
+    m = _PRESSURE.search(reason)
+    if m is None:
+        return False
+    need = int(m.group(2)) + (own_bytes if m.group(1) == "primary" else 0)
+    return need > int(m.group(3))
+
+
+def _reason(body: object) -> str:
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return f"{body['error'].get('type')}: {body['error'].get('reason')}"
+    return str(body)[:500]
 
 
 class _TooLarge(Exception):
@@ -320,14 +350,14 @@ def check_credentials(settings: Settings) -> None:
     an unreachable node is fine: the sink waits for it."""
     client = shared_client(settings)
     try:
-        client.info()
+        client.cluster.health()
     except TlsError as e:
         msg = f"ES_CA_CERTS: TLS with {', '.join(settings.es_hosts)} failed: {e.message}"
         raise ConfigError(msg) from None
     except (TransportConnectionError, ConnectionTimeout) as e:
         logger.warning("Elasticsearch is not reachable yet (%s); the sink will wait", e.message)
     except ApiError as e:
-        # 403 only means these credentials may not read GET / (cluster monitor); they may
+        # 403 only means these credentials may not read cluster health (monitor); they may
         # still write, which is all the sink needs.
         if e.meta.status == 401:
             raise _refused(e, "the credentials") from None

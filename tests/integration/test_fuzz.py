@@ -422,13 +422,6 @@ def test_fuzz_deep_document_with_a_long_digit_string_is_not_refused_by_the_decod
     assert count_docs(es, topic) == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: sinks/elasticsearch.py:283 retries every per-item 429 forever; a document "
-    "larger than the node's indexing-pressure limit (10% of heap; 12 MB on the 512 MB test "
-    "node) gets es_rejected_execution_exception on every attempt, so the flow stalls for "
-    "good, commits nothing, and never reaches the records behind it",
-)
 def test_fuzz_document_over_the_indexing_pressure_limit_is_dead_lettered(
     services, es, names, tmp_path
 ):
