@@ -80,9 +80,10 @@ class DeadLetterProducer:
     def send(self, letters: Sequence[DeadLetter]) -> None:
         """Produce `letters` and block until all are confirmed (retrying failed ones).
 
-        A record too large for the dead-letter topic (message.max.bytes) is sent again
-        without its value, with a header saying so and where the original is: never
-        dropped, never a crash loop.
+        A record the broker refuses (even as too large for the topic) is retried, holding
+        back the commit, until the topic accepts it. A record too large for any producer
+        (over librdkafka's 1 GB message.max.bytes) is sent without its value, with a header
+        naming where the original is: never dropped, never a crash loop.
         """
         pending = list(letters)
         oversized: set[int] = set()
@@ -102,9 +103,6 @@ class DeadLetterProducer:
                     self._check_budget(started, "deliveries stay unconfirmed")
             if not failed:
                 break
-            for dl, err in failed:
-                if err.code() in _TOO_LARGE:
-                    oversized.add(id(dl))
             pending = [dl for dl, _ in failed]
             attempt += 1
             self._check_budget(started, f"delivery failed: {failed[0][1]}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from flows.config import Settings
@@ -41,20 +40,22 @@ class FakeProducer:
         return 0
 
 
-@pytest.mark.parametrize("local", [True, False], ids=["refused-locally", "refused-by-broker"])
-def test_a_record_too_large_for_the_topic_is_sent_without_its_value(monkeypatch, local):
-    fake: list[FakeProducer] = []
+def _producer(monkeypatch, fake: list[FakeProducer], local: bool) -> DeadLetterProducer:
     monkeypatch.setattr(
         "sinks.dead_letter.Producer",
         lambda conf: fake.append(FakeProducer(conf, local=local)) or fake[-1],
     )
     monkeypatch.setattr("sinks.dead_letter.time.sleep", lambda s: None)
-    settings = Settings.load({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq"})
-    producer = DeadLetterProducer(settings)
-    big = DeadLetter(Record("t", 2, 7, None, b"k", b"x" * 500), "index", "E", "too big for ES")
-    small = DeadLetter(Record("t", 2, 8, None, b"k2", b"y"), "deserialize", "E", "bad")
+    return DeadLetterProducer(Settings.load({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq"}))
 
-    producer.send([big, small])
+
+BIG = DeadLetter(Record("t", 2, 7, None, b"k", b"x" * 500), "index", "E", "too big for ES")
+SMALL = DeadLetter(Record("t", 2, 8, None, b"k2", b"y"), "deserialize", "E", "bad")
+
+
+def test_a_record_too_large_for_any_producer_is_sent_without_its_value(monkeypatch):
+    fake: list[FakeProducer] = []
+    _producer(monkeypatch, fake, local=True).send([BIG, SMALL])
 
     sent = {m["key"]: m for m in fake[0].sent}
     assert sent[b"k2"]["value"] == b"y"  # the other record is untouched
@@ -62,3 +63,23 @@ def test_a_record_too_large_for_the_topic_is_sent_without_its_value(monkeypatch,
     note = sent[b"k"]["headers"][VALUE_OMITTED_HEADER].decode()
     assert "500 bytes" in note and "t/2@7" in note
     assert sent[b"k"]["headers"]["__connect.errors.offset"] == b"7"
+
+
+def test_a_record_the_topic_refuses_is_retried_with_its_value_until_accepted(monkeypatch):
+    fake: list[FakeProducer] = []
+    producer = _producer(monkeypatch, fake, local=False)
+    attempts = 0
+    flush = FakeProducer.flush
+
+    def raise_limit_later(self: FakeProducer, timeout: float) -> int:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 3:  # the operator raised the topic's max.message.bytes
+            self.limit = 10_000
+        return flush(self, timeout)
+
+    monkeypatch.setattr(FakeProducer, "flush", raise_limit_later)
+    producer.send([BIG])
+
+    assert [m["value"] for m in fake[0].sent] == [BIG.record.value]
+    assert VALUE_OMITTED_HEADER not in fake[0].sent[0]["headers"]
