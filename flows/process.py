@@ -98,7 +98,7 @@ class Processor:
                 docs = [doc]
             if dead is None:
                 try:
-                    actions = [build(d) for d in docs]
+                    actions = [build(docs[0])] if len(docs) == 1 else [build(d) for d in docs]
                 except ActionError as e:
                     dead = DeadLetter.from_exception(rec, "index", e, trace)
             if dead is not None:
