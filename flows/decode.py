@@ -90,6 +90,7 @@ from uuid import UUID
 import orjson
 
 from flows.config import Settings
+from flows.deep import deep_recursion
 from flows.errors import ConfigError, PipelineError
 from flows.record import Record
 
@@ -236,7 +237,8 @@ def _parse_int_checked(text: str) -> int:
 def _check_big_ints(data: bytes) -> None:
     """Raise DecodeError if valid JSON `data` has an integer outside 64 bits (slow path)."""
     try:
-        json.loads(data, parse_int=_parse_int_checked)
+        with deep_recursion():
+            json.loads(data, parse_int=_parse_int_checked)
     except RecursionError:
         msg = f"JSON nested too deeply to check its integers; payload starts {_snippet(data)}"
         raise DecodeError(msg) from None

@@ -7,12 +7,14 @@ encodes the action and source lines with orjson, so the sink only concatenates b
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from flows.config import Settings
+from flows.deep import deep_recursion
 from flows.naming import IndexTemplate
 from flows.record import Doc, Record
 
@@ -184,6 +186,15 @@ def _dumps(value: Any) -> bytes:
     try:
         return orjson.dumps(value)
     except TypeError as e:
+        if "Recursion limit" in str(e):  # deeper than orjson encodes (254 levels)
+            try:
+                with deep_recursion():
+                    text = json.dumps(
+                        value, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+                    )
+                return text.encode()
+            except (ValueError, TypeError, RecursionError) as deep_error:
+                e = TypeError(str(deep_error))
         msg = f"not JSON-serializable: {e}"
         raise ActionError(msg) from None
 
