@@ -99,6 +99,9 @@ class Settings:
     es_data_stream: bool = False
     es_timestamp_field: str | None = None
     es_index_template_file: str | None = None
+    es_index_template: Mapping[str, Any] | None = field(default=None, repr=False)
+    """The template body read from ES_INDEX_TEMPLATE_FILE at start (its `name` key removed)."""
+    es_index_template_name: str | None = None
     es_username: str | None = None
     es_password: Secret | None = None
     es_api_key: Secret | None = None
@@ -431,6 +434,8 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
     if sum(x is not None for x in (password, api_key, bearer)) > 1:
         raise r.fail("ES_API_KEY", "choose one of basic auth, ES_API_KEY or ES_BEARER_TOKEN")
     template_file = r.text("ES_INDEX_TEMPLATE_FILE")
+    template_body: dict[str, Any] | None = None
+    template_name: str | None = None
     if template_file:
         try:
             body = json.loads(Path(template_file).read_text())
@@ -442,6 +447,8 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
             raise r.fail("ES_INDEX_TEMPLATE_FILE", f"{template_file} is not JSON: {e}") from None
         if not isinstance(body, dict) or "index_patterns" not in body:
             raise r.fail("ES_INDEX_TEMPLATE_FILE", f"{template_file} needs an index_patterns key")
+        template_name = str(body.pop("name", None) or Path(template_file).stem)
+        template_body = body
 
     retry_initial = r.integer("ES_RETRY_INITIAL_MS", 100, minimum=1)
     retry_max = r.integer("ES_RETRY_MAX_MS", 10_000, minimum=1)
@@ -486,6 +493,8 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
         es_data_stream=data_stream,
         es_timestamp_field=r.text("ES_TIMESTAMP_FIELD"),
         es_index_template_file=template_file,
+        es_index_template=template_body,
+        es_index_template_name=template_name,
         es_username=username,
         es_password=password,
         es_api_key=api_key,

@@ -18,13 +18,11 @@ state, and replays overwrite.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import re
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
@@ -371,19 +369,17 @@ _templates_done: set[str] = set()
 
 
 def _bootstrap_template(client: Elasticsearch, settings: Settings) -> None:
-    """PUT the index template from ES_INDEX_TEMPLATE_FILE once per process."""
-    path = settings.es_index_template_file
-    if not path:
+    """PUT the index template read from ES_INDEX_TEMPLATE_FILE at start, once per process."""
+    path, body, name = (
+        settings.es_index_template_file,
+        settings.es_index_template,
+        settings.es_index_template_name,
+    )
+    if not path or body is None or name is None:
         return
     with _template_lock:
         if path in _templates_done:
             return
-        try:
-            body = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as e:
-            msg = f"ES_INDEX_TEMPLATE_FILE: cannot read {path}: {e}"
-            raise ConfigError(msg) from None
-        name = body.pop("name", None) or Path(path).stem
         delay = 0.5
         while True:  # Elasticsearch may not be up yet: wait for it like the sink does
             try:
