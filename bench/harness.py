@@ -15,7 +15,9 @@ Throughput: docs_per_s = N / (end - start); start = when the first process of th
 spawned (start-up, imports, group join included); end = the first 100 ms poll of the
 index's primary `indexing.index_total` that is >= N (every document acknowledged by the
 shard). The index must then hold exactly N documents. CPU and peak RSS come from the
-kernel (`wait4` rusage) over the processes' whole lives.
+kernel (`wait4` rusage) over the processes' whole lives. Between the same two moments (spawn,
+reap) the CPU time of the Elasticsearch and Kafka server processes is read (psutil), and the
+whole stack's CPU per record gives the rate at which it would saturate every core.
 
 Latency: afterwards, at a fixed rate (50% of flow-1w's docs_per_s), a paced producer writes
 live records to a fresh topic per system; a systematic sample (~200 documents/s) is looked
@@ -51,7 +53,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from elasticsearch import Elasticsearch
 
 from bench.data import SEED, dataset, lat_key_for, make_doc
-from bench.procs import Proc, kill_all
+from bench.procs import Proc, ServerCpu, kill_all
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("ceiling", "loop", "quix", "flow-1w", "flow-2w", "flow-2p")
@@ -311,6 +313,7 @@ class Ctx:
     data_topic: str
     bodies: Path
     tools_python: Path | None
+    servers: ServerCpu | None = None
 
 
 def free_port() -> int:
@@ -471,10 +474,13 @@ def run_throughput(
     index = svc.name(f"{ctx.variant}-{system}")
     svc.create_index(index)
     try:
+        group = svc.group(f"{system}") if system != "ceiling" else ""
+        # Elasticsearch's and Kafka's CPU so far, just before the first spawn and just
+        # after the last reap: the interval the system's own CPU (rusage) covers.
+        servers_before = server_cpu(ctx)
         if system == "ceiling":
             procs = launch_ceiling_bulk(ctx, index)
         else:
-            group = svc.group(f"{system}")
             procs = launch(ctx, system, ctx.data_topic, index, group, live=False, tag="tput")
         hook = on_start(procs) if on_start else None
         try:
@@ -482,6 +488,7 @@ def run_throughput(
         finally:
             # quix has no stop-at-end: it is stopped (SIGTERM: flush, commit) once all is in
             stop_all(procs, natural=system != "quix", grace=90)
+            servers_after = server_cpu(ctx)
             if hook is not None and hasattr(hook, "join"):
                 hook.join(60)
         start = min(p.started for p in procs)
@@ -494,12 +501,41 @@ def run_throughput(
         row.cpu_s_per_million = sum(p.cpu_s for p in procs) / n * 1e6
         row.peak_rss_mb = sum(p.maxrss_mb for p in procs)
         row.extra["processes"] = len(procs)
+        add_stack_cpu(row, servers_before, servers_after, n)
         got = svc.count(index)
         if got != n:
             raise RuntimeError(f"the index holds {got} documents, expected {n}")
     finally:
         svc.delete_index(index)
     return row
+
+
+def server_cpu(ctx: Ctx) -> dict[str, float | None]:
+    """CPU seconds so far of the Elasticsearch and Kafka server processes (None: unknown)."""
+    if ctx.servers is None:
+        return {}
+    out = ctx.servers.sample()
+    for name in sorted(ctx.servers.lost()):
+        log(f"{name}: the server process is gone; its CPU is no longer measured")
+    return out
+
+
+def add_stack_cpu(
+    row: Row, before: dict[str, float | None], after: dict[str, float | None], n: int
+) -> None:
+    """`es_cpu_us`, `kafka_cpu_us` (server CPU µs per record over the run), `total_cpu_us`
+    (+ the system's own, `cpu_s_per_million`) and `bound_docs_per_s`: the rate at which
+    that CPU per record would use every core of the machine."""
+    for name in ("es", "kafka"):
+        b, a = before.get(name), after.get(name)
+        row.extra[f"{name}_cpu_us"] = (a - b) / n * 1e6 if a is not None and b is not None else None
+    es, kafka = row.extra["es_cpu_us"], row.extra["kafka_cpu_us"]
+    if es is None or kafka is None or row.cpu_s_per_million is None:
+        return
+    total = row.cpu_s_per_million + es + kafka
+    row.extra["total_cpu_us"] = total
+    if total > 0:
+        row.extra["bound_docs_per_s"] = (os.cpu_count() or 1) * 1e6 / total
 
 
 # ----------------------------------------------------------------- latency
@@ -719,11 +755,25 @@ def head_commit() -> str:
     return (git("rev-parse", "--short", "HEAD") or "?") + ("+dirty" if dirty else "")
 
 
+STACK_KEYS = ("es_cpu_us", "kafka_cpu_us", "total_cpu_us", "bound_docs_per_s", "bound_ratio")
+
+
+def stack_cpu_json(r: Row) -> dict[str, Any]:
+    """A row's pipeline + Elasticsearch + Kafka CPU per record and the CPU bound."""
+    out: dict[str, Any] = {"system": r.system, "variant": r.variant, "cores": os.cpu_count()}
+    out["cpu_us"] = None if r.cpu_s_per_million is None else round(r.cpu_s_per_million, 3)
+    for k in STACK_KEYS:
+        v = r.extra.get(k)
+        out[k] = round(v, 3) if isinstance(v, float) else v
+    return out
+
+
 def print_table(rows: list[Row], rate: float | None) -> None:
     head = (
         f"{'system':<8} {'variant':<7} {'docs/s':>9} {'ratio':>6} {'cpu_s/M':>8} "
         f"{'rss_mb':>7} {'p50_ms':>7} {'p99_ms':>7} {'wall_s':>7} {'first_s':>7} "
-        f"{'live_us':>7} {'lull_s':>6}"
+        f"{'live_us':>7} {'lull_s':>6} {'es_us':>6} {'kafka_us':>8} {'total_us':>8} "
+        f"{'bound/s':>9} {'bound_r':>7}"
     )
     print(head)
     print("-" * len(head))
@@ -740,7 +790,11 @@ def print_table(rows: list[Row], rate: float | None) -> None:
             f"{f(r.ratio_to_ceiling, '.2f'):>6} {f(r.cpu_s_per_million, ',.1f'):>8} "
             f"{f(r.peak_rss_mb, ',.0f'):>7} {f(r.p50_ms, ',.0f'):>7} "
             f"{f(r.p99_ms, ',.0f'):>7} {f(r.wall_s, '.1f'):>7} {f(r.first_doc_s, '.1f'):>7} "
-            f"{f(r.extra.get('live_cpu_us'), '.1f'):>7} {f(r.extra.get('flush_s'), '.1f'):>6}"
+            f"{f(r.extra.get('live_cpu_us'), '.1f'):>7} {f(r.extra.get('flush_s'), '.1f'):>6} "
+            f"{f(r.extra.get('es_cpu_us'), '.1f'):>6} {f(r.extra.get('kafka_cpu_us'), '.1f'):>8} "
+            f"{f(r.extra.get('total_cpu_us'), '.1f'):>8} "
+            f"{f(r.extra.get('bound_docs_per_s'), ',.0f'):>9} "
+            f"{f(r.extra.get('bound_ratio'), '.2f'):>7}"
         )
     sat = [r.system for r in rows if r.extra.get("saturated")]
     if sat:
@@ -1017,6 +1071,12 @@ def main(argv: list[str] | None = None) -> int:
     run_id = f"{datetime.datetime.now():%m%d%H%M}-{uuid.uuid4().hex[:4]}"
     svc = Services(args.bootstrap, args.es, run_id)
     svc.check()
+    servers: ServerCpu | None = None
+    try:
+        servers = ServerCpu(args.es, args.bootstrap)
+        log(f"server processes: {servers.describe()}")
+    except Exception as e:  # never fail a run for a figure that is only explanatory
+        log(f"server processes: not measured ({e})")
     work = Path(tempfile.mkdtemp(prefix="es-sink-bench-"))
     variant, n = args.doc_size, args.records
     rows: list[Row] = []
@@ -1038,7 +1098,7 @@ def main(argv: list[str] | None = None) -> int:
         secs = produce_dataset(svc, topic, variant, n, bodies, body_bytes, with_bodies)
         mib = bodies.stat().st_size / 2**20 if with_bodies else 0
         log(f"produced in {secs:.1f}s ({n / secs:,.0f}/s); ceiling bodies {mib:,.0f} MiB")
-        ctx = Ctx(svc, args, work, variant, n, topic, bodies, tools)
+        ctx = Ctx(svc, args, work, variant, n, topic, bodies, tools, servers)
 
         if args.memory:
             return memory_mode(ctx)
@@ -1055,9 +1115,12 @@ def main(argv: list[str] | None = None) -> int:
             log(f"throughput: {system} ...")
             try:
                 row = run_throughput(ctx, system)
+                es_us, kafka_us = row.extra.get("es_cpu_us"), row.extra.get("kafka_cpu_us")
                 log(
                     f"throughput: {system}: {row.docs_per_s:,.0f} docs/s, "
-                    f"{row.cpu_s_per_million:,.1f} cpu_s/M, {row.peak_rss_mb:,.0f} MB"
+                    f"{row.cpu_s_per_million:,.1f} cpu_s/M, {row.peak_rss_mb:,.0f} MB; "
+                    f"es {'-' if es_us is None else f'{es_us:.1f}'} µs/rec, "
+                    f"kafka {'-' if kafka_us is None else f'{kafka_us:.1f}'} µs/rec"
                 )
             except Exception as e:
                 row = Row(system, variant, error=str(e))
@@ -1118,6 +1181,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             if ceiling and r.docs_per_s and ceiling.docs_per_s:
                 r.ratio_to_ceiling = r.docs_per_s / ceiling.docs_per_s
+                if r.extra.get("bound_docs_per_s"):
+                    r.extra["bound_ratio"] = r.extra["bound_docs_per_s"] / ceiling.docs_per_s
         print()
         print(f"{n:,} {variant} records, {PARTITIONS} partitions; run {run_id}; "
               f"code of commit {commit}; "
@@ -1127,6 +1192,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps([r.as_json() for r in good], indent=2) + "\n")
+            # the stack's CPU beside it: the JSON above keeps exactly JSON_KEYS
+            stack_json = args.json.with_suffix(".stack-cpu.json")
+            stack_json.write_text(json.dumps([stack_cpu_json(r) for r in good], indent=2) + "\n")
         if args.png and good:
             args.png.parent.mkdir(parents=True, exist_ok=True)
             plot(good, args.png, f"{n:,} {variant} records ({datetime.date.today()})")

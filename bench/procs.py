@@ -4,18 +4,22 @@ Each system under test runs as its own process (or two, for flow-2p). The harnes
 with `os.wait4`, whose rusage holds the child's user+sys CPU seconds and its peak resident
 set size (`ru_maxrss`, the kernel's high-water mark, not a sample) over its whole life,
 including any descendants it waited for. Kafka and Elasticsearch are separate process
-trees and never counted.
+trees and never counted in it; `ServerCpu` reads their CPU time separately (psutil), at the
+moments a system's processes are spawned and reaped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 _LIVE: dict[int, Proc] = {}
 
@@ -112,3 +116,101 @@ def kill_all() -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+
+# ----------------------------------------------------------------- Kafka's and ES's CPU
+
+
+def _host_port(address: str, default_port: int) -> tuple[str, int]:
+    """Host and port of `http://host:port/...` or `host:port` (the first of a list)."""
+    first = address.split(",")[0].strip()
+    parts = urlsplit(first if "//" in first else f"//{first}")
+    return parts.hostname or "127.0.0.1", parts.port or default_port
+
+
+def _is_local(host: str) -> bool:
+    """Whether `host` resolves to an address of this machine."""
+    import psutil
+
+    try:
+        resolved = {ai[4][0] for ai in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    local = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+    for ip in resolved:
+        addr = ipaddress.ip_address(ip.split("%")[0])
+        if addr.is_loopback or addr.is_unspecified or ip in local:
+            return True
+    return False
+
+
+def find_listener(host: str, port: int) -> Any:
+    """The local java process (psutil.Process) listening on TCP `port`, or None (also when
+    `host` is not this machine: a remote service's CPU cannot be read)."""
+    import psutil
+
+    if not _is_local(host):
+        return None
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if "java" not in (proc.info["name"] or ""):
+                continue
+            conns = getattr(proc, "net_connections", None) or proc.connections
+            for c in conns(kind="tcp"):
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
+                    return proc
+        except psutil.Error:
+            continue
+    return None
+
+
+class ServerCpu:
+    """CPU seconds (user + sys of the process itself, children not included) of the
+    Elasticsearch server and Kafka broker processes, found once per bench run as the java
+    processes listening on the ports of `--es` and `--bootstrap`. A service that is not
+    found (remote, another user's without permission, not java) or that has exited reads
+    as None: its figures stay empty and the run goes on."""
+
+    NAMES = ("es", "kafka")
+
+    def __init__(self, es_url: str, bootstrap: str) -> None:
+        self.where = {"es": _host_port(es_url, 9200), "kafka": _host_port(bootstrap, 9092)}
+        self.procs: dict[str, Any] = {name: find_listener(*self.where[name]) for name in self.NAMES}
+        self._lost: set[str] = set()
+
+    def describe(self) -> str:
+        """One line for the log: which processes were found, which not."""
+        out = []
+        for name in self.NAMES:
+            host, port = self.where[name]
+            proc = self.procs[name]
+            out.append(
+                f"{name} pid {proc.pid} (port {port})"
+                if proc is not None
+                else f"{name}: no local java process listens on {host}:{port}, its CPU "
+                "is not measured"
+            )
+        return "; ".join(out)
+
+    def sample(self) -> dict[str, float | None]:
+        """CPU seconds so far of each server process; None if not found or gone."""
+        import psutil
+
+        out: dict[str, float | None] = {}
+        for name in self.NAMES:
+            proc = self.procs[name]
+            out[name] = None
+            if proc is None:
+                continue
+            try:
+                t = proc.cpu_times()
+                out[name] = t.user + t.system
+            except psutil.Error:
+                self.procs[name] = None
+                self._lost.add(name)
+        return out
+
+    def lost(self) -> set[str]:
+        """Names of the processes that exited since the last call (reported once)."""
+        lost, self._lost = self._lost, set()
+        return lost
