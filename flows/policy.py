@@ -1,7 +1,8 @@
 """What happens to a failed record: ERRORS_TOLERANCE and the dead-letter circuit breaker.
 
-With `none` the first failure stops the flow (raised inside the epoch, so its offsets are
-never committed). With `all` failures become dead letters until the breaker trips: more
+With `none` the first failure stops the flow: raised inside the epoch by the sink (so its
+offsets are never committed), or held by the processor until the records before it are
+written (`flows.halt`). With `all` failures become dead letters until the breaker trips: more
 than DLQ_MAX_CONSECUTIVE failures in a row, or a failed share above DLQ_MAX_RATIO once
 DLQ_RATIO_MIN_RECORDS records were seen. A tripped breaker stops the flow the same way, so
 a broken deploy does not pour a whole topic into the dead-letter topic.
@@ -40,17 +41,21 @@ class ErrorPolicy:
     def failed(self, dl: DeadLetter, run: int) -> None:
         """One failure, the `run`-th in a row; raise to stop the flow."""
         if not self.tolerate:
-            rec = dl.record
-            err = RecordFailedError(
-                f"{rec.topic}/{rec.partition}@{rec.offset}",
-                dl.stage,
-                f"{dl.error_class}: {redact(dl.message, self.secrets)}",
-            )
+            err = self.stop_error(dl)
             logger.error("%s", err)
             raise err
         if self.max_consecutive and run > self.max_consecutive:
             why = f"{run} records in a row failed (DLQ_MAX_CONSECUTIVE={self.max_consecutive})"
             self._trip(why, dl)
+
+    def stop_error(self, dl: DeadLetter) -> RecordFailedError:
+        """The error that stops the flow on `dl` under ERRORS_TOLERANCE=none, secrets masked."""
+        rec = dl.record
+        return RecordFailedError(
+            f"{rec.topic}/{rec.partition}@{rec.offset}",
+            dl.stage,
+            f"{dl.error_class}: {redact(dl.message, self.secrets)}",
+        )
 
     def end_batch(self, ok: int, failed: int, run: int, last: DeadLetter | None = None) -> None:
         """Account a batch; `run` is the failure run it ended with. Raise on a ratio breach."""

@@ -4,6 +4,9 @@ This is the per-record hot path, so it runs once per batch (`op.flat_map_batch`)
 decoders, transforms and action builder are compiled on the first batch, counters are
 bumped once per batch, and each document leaves as bytes already encoded for `_bulk`,
 grouped by sink partition so the exchange to the sink moves one item per partition.
+
+With ERRORS_TOLERANCE=none a failed record is held (`flows.halt`), not raised, so that a
+record before it that Elasticsearch refuses is the one the flow stops on.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any, cast
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
-from flows import metrics
+from flows import halt, metrics
 from flows.config import Settings
 from flows.decode import DecodeError, build_decoder
 from flows.errors import RecordFailedError
@@ -56,7 +59,11 @@ class Processor:
         routed: list[DeadLetter] = []
         ok = skipped = 0
         run = policy.consecutive
+        tolerate = policy.tolerate
+        halted = bool(halt.HELD)
         for msg in cast(list[Any], batch):  # Message getters are typed Optional
+            if halted and (msg.topic(), msg.partition()) in halt.HELD:
+                continue  # after a held failure (ERRORS_TOLERANCE=none): nothing more
             ts_type, ts = msg.timestamp()
             headers = msg.headers()
             rec = Record(
@@ -84,6 +91,10 @@ class Processor:
                     doc = Doc(rec, decode_value(rec), key)
             except DecodeError as e:
                 dead = DeadLetter.from_exception(rec, "deserialize", e, trace)
+            except RecordFailedError as e:  # ON_NULL_VALUE=fail
+                halt.hold(rec.topic, rec.partition, rec.offset, e)
+                halted = True
+                continue
             if dead is None and transforms:
                 try:
                     docs = apply_transforms(transforms, doc)
@@ -102,6 +113,10 @@ class Processor:
                 except ActionError as e:
                     dead = DeadLetter.from_exception(rec, "index", e, trace)
             if dead is not None:
+                if not tolerate:
+                    halt.hold(rec.topic, rec.partition, rec.offset, policy.stop_error(dead))
+                    halted = True
+                    continue
                 run += 1
                 policy.failed(dead, run)
                 failures.append(dead)

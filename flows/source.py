@@ -7,9 +7,10 @@ run ahead of what is durable in Elasticsearch or the dead-letter topic. Bytewax 
 epoch e and commits it on its first `next_batch()` of epoch e+1: Bytewax calls that only
 once the whole dataflow (both sinks flush inside `snapshot()`) has finished epoch e.
 
-The same rule ends the flow cleanly: at the end offsets (KAFKA_STOP_AT_END) or after
-SIGTERM/SIGINT, a partition stops reading, waits until its last offset is committed that
-way, and only then raises StopIteration.
+The same rule orders a stop under ERRORS_TOLERANCE=none (`flows.halt`) and ends the flow
+cleanly: at the end offsets (KAFKA_STOP_AT_END) or after SIGTERM/SIGINT, a partition stops
+reading, waits until its last offset is committed that way, and only then raises
+StopIteration.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from flows import metrics, shutdown
+from flows import halt, metrics, shutdown
 from flows.config import Settings
 from flows.errors import ConfigError, PipelineError
 from flows.runtime import run_args
@@ -165,6 +166,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._next = start
         self._end = high
         self._pending: int | None = None
+        self._held_snapshotted = False
         self._inflight = 0  # asynchronous commits not yet answered
         self._consumer.assign([TopicPartition(topic, partition, self._next)])
         logger.info(
@@ -177,6 +179,12 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
 
     def next_batch(self) -> list[Message]:
         """Commit what the previous epoch made durable, then read what is ready (never blocks)."""
+        held = halt.held(self._topic, self._partition)
+        if held is not None:  # ERRORS_TOLERANCE=none: see flows.halt
+            if self._held_snapshotted:
+                raise held[1]
+            self._awake = datetime.now(UTC) + _IDLE_WAKE
+            return []
         if self._pending is not None:
             self._commit(self._pending, final=self._finishing())
         if self._finishing():
@@ -204,6 +212,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
 
     def snapshot(self) -> int:
         """The next offset to read; committed to the group once this epoch is durable."""
+        held = halt.held(self._topic, self._partition)
+        if held is not None:  # resume at the failed record, never past it
+            self._next = min(self._next, held[0])
+            self._held_snapshotted = True
         if self._next != self._committed:
             self._pending = self._next
         high = self._consumer.get_watermark_offsets(

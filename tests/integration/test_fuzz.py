@@ -232,13 +232,6 @@ def test_fuzz_every_bad_record_is_dead_lettered_and_every_good_one_indexed(servi
 
 # ------------------------------------------------------------------------------ tolerance none
 
-_LATER_BAD_WINS = pytest.mark.xfail(
-    strict=True,
-    reason="BUG: with ERRORS_TOLERANCE=none a record Elasticsearch refuses (found only when "
-    "the sink flushes, sinks/elasticsearch.py:156) is never reported when a later record of "
-    "the same batch fails to decode: flows/process.py:106 (ErrorPolicy.failed) raises first, "
-    "so the flow names the later offset as the record that stopped it",
-)
 NONE_CASES = [
     ("invalid_utf8", True),
     ("trailing_garbage", True),
@@ -250,9 +243,9 @@ NONE_CASES = [
     ("deep_nesting_es", False),
     ("reserved_field", False),
     ("type_conflict", False),
-    pytest.param("reserved_field", True, marks=_LATER_BAD_WINS),
-    pytest.param("type_conflict", True, marks=_LATER_BAD_WINS),
-    pytest.param("deep_nesting_es", True, marks=_LATER_BAD_WINS),
+    ("reserved_field", True),
+    ("type_conflict", True),
+    ("deep_nesting_es", True),
 ]
 
 
@@ -261,7 +254,8 @@ def test_fuzz_errors_tolerance_none_stops_at_the_first_bad_record(
     services, es, names, kind, later_bad
 ):
     """The first bad record at offset 6 of one partition, good ones around it, and with
-    `later_bad` a second (undecodable) one at offset 11, in the same consume batch."""
+    `later_bad` a second (undecodable) one at offset 11, in the same consume batch: the flow
+    stops on offset 6 even when only Elasticsearch refuses it (see flows/halt.py)."""
     prefix = f"fuzz-none-{kind.replace('_', '-')}{'-2' if later_bad else ''}"
     topic, dlq = names(prefix), names(f"{prefix}-dlq")
     create_topic(services.kafka, topic)
@@ -285,6 +279,9 @@ def test_fuzz_errors_tolerance_none_stops_at_the_first_bad_record(
     assert run.returncode > 0, run.output[-3000:]  # an error exit, not killed by a signal
     stage = cases[first_bad].stage
     assert f"record {topic}/0@{first_bad} failed at stage {stage}" in run.output, run.output[-3000:]
+    raised = [ln for ln in run.output.splitlines() if "RecordFailedError: record" in ln]
+    assert raised, run.output[-3000:]
+    assert f"{topic}/0@{first_bad} failed" in raised[-1], raised  # the error the flow stopped on
     committed = committed_offsets(services.kafka, topic, topic)[0]
     assert committed == -1001 or 0 <= committed <= first_bad, committed
 

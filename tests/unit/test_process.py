@@ -12,6 +12,7 @@ import orjson
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, Message
 
+from flows import halt
 from flows.config import Settings
 from flows.errors import DeadLetterLimitError, RecordFailedError
 from flows.process import Processor, is_documents
@@ -28,6 +29,20 @@ sample = importlib.import_module(SAMPLE)
 TOPIC = "orders"
 TS = 1_714_564_800_123
 PARTS = 4
+
+
+@pytest.fixture(autouse=True)
+def _no_held_failures():
+    halt.clear()
+    yield
+    halt.clear()
+
+
+def held_error(partition: int = 5) -> RecordFailedError:
+    """The failure the processor held for `partition` (ERRORS_TOLERANCE=none)."""
+    found = halt.held(TOPIC, partition)
+    assert found is not None, "no failure held"
+    return found[1]
 
 
 def settings(**env: str) -> Settings:
@@ -191,12 +206,35 @@ def test_bad_value_is_a_deserialize_dead_letter(value: bytes, words: str) -> Non
     assert letter.record.offset == 1
 
 
-def test_bad_value_with_tolerance_none_raises() -> None:
-    with pytest.raises(RecordFailedError) as info:
-        run(settings(), [good("a", 0), msg(b"[1]", offset=7)])
-    assert info.value.where == "orders/5@7"
-    assert info.value.stage == "deserialize"
-    assert "got array" in str(info.value)
+def test_bad_value_with_tolerance_none_is_held_and_stops_its_partition() -> None:
+    """The records before it go on to the sink (one of them may be refused there, and is
+    then the record the flow stops on); nothing after it in its partition does."""
+    other = msg(b'{"id": "c"}', b"c", offset=9, partition=2)
+    batch = [good("a", 0), msg(b"[1]", offset=7), good("b", 8), other]
+    out = run(settings(), batch)
+    assert sorted(a.id or "" for a in all_actions(out)) == ["a", "c"]
+    assert letters(out) == []
+    error = held_error()
+    assert error.where == "orders/5@7"
+    assert error.stage == "deserialize"
+    assert "got array" in str(error)
+    assert halt.held(TOPIC, 5) == (7, error)
+    assert halt.held(TOPIC, 2) is None
+
+
+def test_a_held_partition_emits_nothing_from_later_batches() -> None:
+    proc = Processor(settings(), [], PARTS)
+    proc([msg(b"{", offset=3)])
+    other = msg(b"{}", b"other", partition=1)
+    assert [a.id for a in all_actions(proc([good("late", 4), other]))] == ["other"]
+    assert proc([good("late", 5)]) == []
+    assert held_error().where == "orders/5@3"
+
+
+def test_only_the_first_failure_of_a_partition_is_held() -> None:
+    run(settings(), [msg(b"{", offset=3)])
+    run(settings(), [msg(b"[]", offset=2)])  # a replayed, earlier one is not in the batch
+    assert held_error().where == "orders/5@3"
 
 
 def test_bad_json_key_is_a_deserialize_dead_letter() -> None:
@@ -256,11 +294,11 @@ def test_tombstone_dlq_is_routed_without_tripping_tolerance_none() -> None:
     assert [a.id for a in all_actions(out)] == ["a"]
 
 
-def test_tombstone_fail_raises() -> None:
-    with pytest.raises(RecordFailedError) as info:
-        run(settings(ON_NULL_VALUE="fail"), [good("a", 0), msg(None, offset=1)])
-    assert info.value.where == "orders/5@1"
-    assert "ON_NULL_VALUE=fail" in str(info.value)
+def test_tombstone_fail_is_held() -> None:
+    out = run(settings(ON_NULL_VALUE="fail"), [good("a", 0), msg(None, offset=1)])
+    assert [a.id for a in all_actions(out)] == ["a"]
+    assert held_error().where == "orders/5@1"
+    assert "ON_NULL_VALUE=fail" in str(held_error())
 
 
 # ------------------------------------------------------------------------- transforms
@@ -288,10 +326,9 @@ def test_user_transform_raising_with_tolerance_none() -> None:
     def explode(doc: Doc) -> Doc:
         raise KeyError("missing")
 
-    with pytest.raises(RecordFailedError) as info:
-        run(settings(), [good("a", 4)], [explode])
-    assert info.value.stage == "transform"
-    assert "builtins.KeyError" in info.value.reason
+    assert run(settings(), [good("a", 4)], [explode]) == []
+    assert held_error().stage == "transform"
+    assert "builtins.KeyError" in held_error().reason
 
 
 def test_fan_out_makes_two_actions() -> None:

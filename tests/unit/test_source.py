@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from flows import shutdown
+from flows import halt, shutdown
 from flows.config import Settings
+from flows.errors import RecordFailedError
 from flows.source import KafkaSourcePartition
 
 
@@ -61,6 +62,7 @@ class FakeConsumer:
 @pytest.fixture
 def part(monkeypatch: pytest.MonkeyPatch) -> KafkaSourcePartition:
     monkeypatch.setattr("flows.source.Consumer", FakeConsumer)
+    monkeypatch.setattr(halt, "HELD", {})
     monkeypatch.setattr(shutdown, "_requested", type(shutdown._requested)())
     settings = Settings.load({"KAFKA_TOPICS": "t"})
     return KafkaSourcePartition(settings, "t", 0, None)
@@ -89,3 +91,33 @@ def test_commits_only_what_a_snapshot_named(part):
     part.snapshot()
     part.next_batch()
     assert consumer.broker_committed == 3
+
+
+# ------------------------------------------------------- ERRORS_TOLERANCE=none (flows.halt)
+
+
+def test_a_held_failure_is_raised_only_after_the_next_snapshot(part):
+    """Offset 1 failed while 0..2 were read: the partition reads nothing more, snapshots
+    offset 1 (never past it), and raises only after that snapshot's epoch, committing
+    nothing."""
+    consumer: FakeConsumer = part._consumer  # type: ignore[assignment]
+    consumer.messages = consumer.messages[:2]  # offset 2 stays unread in the broker
+    assert len(part.next_batch()) == 2
+    error = RecordFailedError("t/0@1", "deserialize", "bad")
+    halt.hold("t", 0, 1, error)
+    consumer.messages = [Message(topic="t", partition=0, offset=2, value=b"{}")]
+    assert part.next_batch() == []  # the epoch goes on: records before 1 are being written
+    assert part.snapshot() == 1
+    with pytest.raises(RecordFailedError) as info:
+        part.next_batch()
+    assert info.value is error
+    assert consumer.broker_committed is None
+    assert len(consumer.messages) == 1  # never consumed
+
+
+def test_a_held_failure_in_another_partition_does_not_stop_this_one(part):
+    halt.hold("t", 1, 0, RecordFailedError("t/1@0", "deserialize", "bad"))
+    assert len(part.next_batch()) == 3
+    assert part.snapshot() == 3
+    part.next_batch()
+    assert part._consumer.broker_committed == 3  # type: ignore[attr-defined]
