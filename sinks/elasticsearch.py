@@ -2,11 +2,14 @@
 
 Each document is routed to one of ES_SINK_PARTITIONS partitions by a stable hash of its id
 (done upstream, in `flows.process`), so all writes to one document go through one
-partition, in order. A partition buffers encoded actions and sends a `_bulk` request when
-BULK_MAX_ACTIONS, BULK_MAX_BYTES or BULK_LINGER_MS is reached, and always inside
-`snapshot()`: Bytewax finishes an epoch, and the source then commits its offsets, only
-after every `snapshot()` returned. `write_batch` blocks while the buffer is over its
-limits, which bounds memory and back-pressures the source.
+partition, in order. A partition buffers encoded actions and, when BULK_MAX_ACTIONS,
+BULK_MAX_BYTES or BULK_LINGER_MS is reached, hands the buffer to a background thread that
+sends it, so the worker goes on reading and encoding while Elasticsearch indexes. A
+partition has at most one buffer in flight (which keeps writes to a document in order) and
+a process at most ES_MAX_IN_FLIGHT; `write_batch` waits for the partition's previous one,
+which bounds memory and back-pressures the source. `snapshot()` sends the rest and waits
+for all of it: Bytewax finishes an epoch, and the source then commits its offsets, only
+after every `snapshot()` returned.
 
 Bulk item results are classified by status and error type: done (2xx; 409 under external
 versioning or create; 404 for a delete), retried with jittered backoff (429, 5xx,
@@ -18,11 +21,15 @@ state, and replays overwrite.
 
 from __future__ import annotations
 
+import functools
 import logging
+import queue
 import random
 import re
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
@@ -82,7 +89,7 @@ class ElasticsearchSink(FixedPartitionedSink[Chunk, None]):
 
 
 class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
-    """One buffer and one bulk request at a time; see the module docstring."""
+    """One buffer filling and one in flight; see the module docstring."""
 
     def __init__(
         self,
@@ -100,6 +107,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         self._policy = ErrorPolicy(settings, f"sink partition {name}")
         self._external = settings.external_versioning or settings.write_method == "create"
         self._buf: list[Action] = []
+        self._inflight: Future[None] | None = None
         self._broken = False
         self._bytes = 0
         self._oldest = 0.0
@@ -113,7 +121,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
     # -- Bytewax calls
 
     def write_batch(self, items: list[Chunk]) -> None:
-        """Buffer the actions; send bulks while a limit is reached."""
+        """Buffer the actions; send them in the background once a limit is reached."""
         if not self._buf:
             self._oldest = self._clock.monotonic()
         for chunk in items:
@@ -124,7 +132,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
             or self._bytes >= self._max_bytes
             or self._clock.monotonic() - self._oldest >= self._linger_s
         ):
-            self.flush()
+            self._dispatch()
         self._gauge.set(len(self._buf))
 
     def snapshot(self) -> None:
@@ -153,27 +161,45 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
     # -- bulk
 
     def flush(self) -> None:
-        """Send the whole buffer in bulks no larger than the configured limits."""
+        """Send the whole buffer and wait until everything sent so far is written."""
+        self._dispatch()
+        self._join()
+
+    def _dispatch(self) -> None:
+        """Wait for this partition's bulk in flight, then send the buffer in the background."""
+        self._join()
+        if not self._buf:
+            return
         buf = self._buf
-        start = 0
-        try:
-            while start < len(buf):
-                end, size = start, 0
-                while end < len(buf) and end - start < self._max_actions:
-                    size += len(buf[end].data)
-                    if size > self._max_bytes and end > start:
-                        break
-                    end += 1
-                self._send(buf[start:end])
-                start = end
-        except BaseException:
-            # The flow is stopping on this error; Bytewax may still call close(), which
-            # must not send (and fail on) the same records again.
-            self._broken = True
-            raise
         self._buf = []
         self._bytes = 0
         self._gauge.set(0)
+        self._inflight = _bulk_pool(self._s.es_max_in_flight).submit(self._send_all, buf)
+
+    def _join(self) -> None:
+        """Wait for the bulk in flight; its error (the flow stops on it) is raised here."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is None:
+            return
+        try:
+            inflight.result()
+        except BaseException:
+            # Bytewax may still call close(), which must not send (and fail on) more.
+            self._broken = True
+            raise
+
+    def _send_all(self, buf: list[Action]) -> None:
+        """Send `buf` in bulks no larger than the configured limits (on a pool thread)."""
+        start = 0
+        while start < len(buf):
+            end, size = start, 0
+            while end < len(buf) and end - start < self._max_actions:
+                size += len(buf[end].data)
+                if size > self._max_bytes and end > start:
+                    break
+                end += 1
+            self._send(buf[start:end])
+            start = end
 
     def _send(self, actions: list[Action]) -> None:
         """Write `actions` until each is done or dead-lettered; retry what is transient."""
@@ -302,6 +328,37 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
                 reason = f"{reason}: {caused.get('type')}: {caused['reason']}"
             rejected.append(_dead(action, etype or f"http_{status}", reason))
         return retry, why
+
+
+class _BulkPool:
+    """Daemon threads that send bulks: a thread still retrying an unreachable Elasticsearch
+    must not keep a stopping process alive (what it was sending is not committed)."""
+
+    def __init__(self, size: int) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[None], Callable[[], None]]] = queue.SimpleQueue()
+        for i in range(size):
+            threading.Thread(target=self._work, name=f"es-bulk-{i}", daemon=True).start()
+
+    def submit(self, fn: Callable[[list[Action]], None], buf: list[Action]) -> Future[None]:
+        future: Future[None] = Future()
+        self._jobs.put((future, functools.partial(fn, buf)))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            future, job = self._jobs.get()
+            try:
+                job()
+            except BaseException as e:
+                future.set_exception(e)
+            else:
+                future.set_result(None)
+
+
+@functools.cache
+def _bulk_pool(size: int) -> _BulkPool:
+    """One pool per process, started on the first bulk (never when the flow is described)."""
+    return _BulkPool(size)
 
 
 def _refused(e: ApiError, what: str) -> ConfigError:

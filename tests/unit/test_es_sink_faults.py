@@ -8,6 +8,7 @@ encodes them from Docs, and the fake parses the NDJSON the partition sends.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -180,6 +181,11 @@ class Rig:
 
     def actions(self, *ids: str, **kw: Any) -> list[Action]:
         return make_actions(self.settings, *ids, **kw)
+
+    def settle(self) -> list[bytes]:
+        """Wait for the bulk in flight (sent on a pool thread); the requests made so far."""
+        self.part._join()
+        return self.client.requests
 
     def write_and_flush(self, *ids: str, **kw: Any) -> list[Action]:
         acts = self.actions(*ids, **kw)
@@ -537,9 +543,10 @@ def test_flush_at_bulk_max_actions() -> None:
     rig.part.write_batch([rig.actions("a", "b")])
     assert rig.client.requests == []
     rig.part.write_batch([rig.actions("c")])
+    rig.settle()
     assert [rig.client.ids(0)] == [["a", "b", "c"]]
     rig.part.write_batch([rig.actions("d")])
-    assert len(rig.client.requests) == 1  # buffer was emptied
+    assert len(rig.settle()) == 1  # buffer was emptied
 
 
 def test_flush_at_bulk_max_bytes_keeps_each_request_within_the_limit() -> None:
@@ -549,6 +556,7 @@ def test_flush_at_bulk_max_bytes_keeps_each_request_within_the_limit() -> None:
     rig.part.write_batch([acts[:3]])
     assert rig.client.requests == []
     rig.part.write_batch([acts[3:]])
+    rig.settle()
     assert [rig.client.ids(i) for i in range(2)] == [["a", "b", "c"], ["d"]]
     assert all(len(r) <= 1024 for r in rig.client.requests)
 
@@ -561,14 +569,56 @@ def test_flush_after_bulk_linger_ms() -> None:
     assert rig.client.requests == []
     rig.clock.now += 0.2  # the oldest action is now 500 ms old
     rig.part.write_batch([rig.actions("c")])
+    rig.settle()
     assert rig.client.ids(0) == ["a", "b", "c"]
     rig.part.write_batch([rig.actions("d")])  # a fresh buffer: its own linger
     rig.clock.now += 0.4
     rig.part.write_batch([])
-    assert len(rig.client.requests) == 1
+    assert len(rig.settle()) == 1
     rig.clock.now += 0.1
     rig.part.write_batch([])
+    rig.settle()
     assert rig.client.ids(1) == ["d"]
+
+
+class GatedClient(FakeClient):
+    """Holds every `_bulk` call until the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.entered = threading.Semaphore(0)
+
+    def bulk(self, *, operations: bytes, filter_path: str) -> FakeResponse:
+        self.entered.release()
+        assert self.gate.wait(10)
+        return super().bulk(operations=operations, filter_path=filter_path)
+
+
+def test_a_full_buffer_is_sent_in_the_background_one_bulk_in_flight_per_partition() -> None:
+    client = GatedClient()
+    rig = Rig(client, BULK_MAX_ACTIONS="2", BULK_LINGER_MS="60000")
+    rig.part.write_batch([rig.actions("a", "b")])  # returns while the bulk is in flight
+    assert client.entered.acquire(timeout=10)
+    assert client.requests == []
+    second = threading.Thread(target=rig.part.write_batch, args=([rig.actions("c", "d")],))
+    second.start()
+    second.join(0.2)
+    assert second.is_alive()  # waits for the partition's bulk in flight: writes stay in order
+    client.gate.set()
+    second.join(10)
+    rig.part.snapshot()
+    assert [client.ids(0), client.ids(1)] == [["a", "b"], ["c", "d"]]
+
+
+def test_a_failed_background_bulk_stops_the_flow_at_the_next_call_and_close_sends_nothing() -> None:
+    rig = Rig(FakeClient(api_error(401, "security_exception")), BULK_MAX_ACTIONS="1")
+    rig.part.write_batch([rig.actions("a")])
+    with pytest.raises(ConfigError, match="HTTP 401"):
+        rig.part.write_batch([rig.actions("b")])  # waits for "a" before sending "b"
+    rig.part.close()
+    assert len(rig.client.requests) == 1
+    assert not rig.dlq.closed
 
 
 def test_snapshot_always_flushes() -> None:
@@ -595,6 +645,7 @@ def test_large_buffer_is_sent_in_several_requests_within_the_limits() -> None:
     ids = [f"d{i}" for i in range(8)]
     acts = rig.actions(*ids)
     rig.part.write_batch([acts[:4], acts[4:]])
+    rig.settle()
     assert [rig.client.ids(i) for i in range(3)] == [ids[0:3], ids[3:6], ids[6:8]]
     assert len(rig.client.requests) == 3
     assert b"".join(rig.client.requests) == b"".join(a.data for a in acts)
@@ -618,4 +669,5 @@ def test_an_action_larger_than_bulk_max_bytes_goes_alone() -> None:
     small = rig.actions("a")
     big = rig.actions("big", pad=2000)
     rig.part.write_batch([small + big + rig.actions("c")])
+    rig.settle()
     assert [rig.client.ids(i) for i in range(3)] == [["a"], ["big"], ["c"]]
