@@ -1039,7 +1039,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--keep-work", action="store_true", help="keep the logs and work files")
     p.add_argument("--threads", type=int, default=3, help="ceiling: bulk requests in flight")
-    p.add_argument("--epoch-s", type=float,
+    p.add_argument("--epoch-s", type=int,
                    help="flow: bytewax -s (default: Bytewax's 10 s; --quick: 1 s)")  # fmt: skip
     p.add_argument(
         "--tools-venv",

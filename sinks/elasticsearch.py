@@ -28,6 +28,7 @@ import random
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -85,7 +86,10 @@ class ElasticsearchSink(FixedPartitionedSink[Chunk, None]):
         client = shared_client(self._settings)
         _bootstrap_template(client, self._settings)
         dlq = shared_producer(self._settings) if self._settings.dlq_topic else None
-        return EsSinkPartition(self._settings, for_part, client, dlq)
+        part = EsSinkPartition(self._settings, for_part, client, dlq)
+        linger_s = self._settings.bulk_linger_ms / 1000
+        _linger_ticker(min(max(linger_s / 4, 0.01), 0.25)).add(part)
+        return part
 
 
 class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
@@ -108,6 +112,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         self._external = settings.external_versioning or settings.write_method == "create"
         self._buf: list[Action] = []
         self._inflight: Future[None] | None = None
+        self._lock = threading.Lock()  # the worker's calls vs the linger ticker
         self._broken = False
         self._bytes = 0
         self._oldest = 0.0
@@ -122,18 +127,19 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
 
     def write_batch(self, items: list[Chunk]) -> None:
         """Buffer the actions; send them in the background once a limit is reached."""
-        if not self._buf:
-            self._oldest = self._clock.monotonic()
-        for chunk in items:
-            self._buf.extend(chunk)
-            self._bytes += sum(len(a.data) for a in chunk)
-        if (
-            len(self._buf) >= self._max_actions
-            or self._bytes >= self._max_bytes
-            or self._clock.monotonic() - self._oldest >= self._linger_s
-        ):
-            self._dispatch()
-        self._gauge.set(len(self._buf))
+        with self._lock:
+            if not self._buf:
+                self._oldest = self._clock.monotonic()
+            for chunk in items:
+                self._buf.extend(chunk)
+                self._bytes += sum(len(a.data) for a in chunk)
+            if (
+                len(self._buf) >= self._max_actions
+                or self._bytes >= self._max_bytes
+                or self._clock.monotonic() - self._oldest >= self._linger_s
+            ):
+                self._dispatch()
+            self._gauge.set(len(self._buf))
 
     def snapshot(self) -> None:
         """Make everything buffered durable before Bytewax closes the epoch."""
@@ -162,8 +168,26 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
 
     def flush(self) -> None:
         """Send the whole buffer and wait until everything sent so far is written."""
-        self._dispatch()
-        self._join()
+        with self._lock:
+            self._dispatch()
+            self._join()
+
+    def linger(self) -> None:
+        """Send a buffer that waited BULK_LINGER_MS (from the ticker thread, see
+        `_LingerTicker`) unless the partition is busy, broken or has a bulk in flight."""
+        if not self._buf or not self._lock.acquire(blocking=False):
+            return
+        try:
+            inflight = self._inflight
+            if (
+                self._buf
+                and not self._broken
+                and self._clock.monotonic() - self._oldest >= self._linger_s
+                and (inflight is None or (inflight.done() and inflight.exception() is None))
+            ):
+                self._dispatch()
+        finally:
+            self._lock.release()
 
     def _dispatch(self) -> None:
         """Wait for this partition's bulk in flight, then send the buffer in the background."""
@@ -353,6 +377,35 @@ class _BulkPool:
                 future.set_exception(e)
             else:
                 future.set_result(None)
+
+
+class _LingerTicker:
+    """Bytewax calls a sink only when items arrive, so a partition no record reaches any
+    more (the tail of a burst, a quiet topic) would hold its buffer until the epoch's
+    snapshot (10 s by default); this thread applies BULK_LINGER_MS to it."""
+
+    def __init__(self, period_s: float) -> None:
+        self._parts: weakref.WeakSet[EsSinkPartition] = weakref.WeakSet()
+        self._period_s = period_s
+        threading.Thread(target=self._run, name="es-linger", daemon=True).start()
+
+    def add(self, part: EsSinkPartition) -> None:
+        self._parts.add(part)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self._period_s)
+            for part in list(self._parts):
+                try:
+                    part.linger()
+                except Exception:  # never expected; the worker's own calls still flush
+                    logger.exception("linger check of a sink partition failed")
+
+
+@functools.cache
+def _linger_ticker(period_s: float) -> _LingerTicker:
+    """One ticker per process, started when the first partition is built."""
+    return _LingerTicker(period_s)
 
 
 @functools.cache

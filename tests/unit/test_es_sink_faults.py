@@ -621,6 +621,39 @@ def test_a_failed_background_bulk_stops_the_flow_at_the_next_call_and_close_send
     assert not rig.dlq.closed
 
 
+def test_linger_sends_a_buffer_no_record_reaches_any_more() -> None:
+    """The ticker thread's call: Bytewax calls write_batch only when items arrive."""
+    client = GatedClient()
+    rig = Rig(client, BULK_LINGER_MS="500")
+    rig.part.write_batch([rig.actions("a")])
+    rig.part.linger()
+    assert client.requests == []  # only 0 ms old
+    rig.clock.now += 0.5
+    rig.part.linger()
+    assert client.entered.acquire(timeout=10)  # sent in the background
+    rig.part.write_batch([rig.actions("b")])
+    rig.clock.now += 0.5
+    rig.part.linger()  # "a" still in flight: "b" waits (one bulk in flight per partition)
+    client.gate.set()
+    rig.settle()
+    assert [client.ids(0)] == [["a"]]
+    rig.part.linger()
+    rig.settle()
+    assert [client.ids(0), client.ids(1)] == [["a"], ["b"]]
+
+
+def test_linger_leaves_a_failed_bulk_to_the_worker() -> None:
+    rig = Rig(FakeClient(api_error(401, "security_exception")), BULK_LINGER_MS="0")
+    rig.part.write_batch([rig.actions("a")])  # sent at once (linger 0), fails
+    while rig.part._inflight is not None and not rig.part._inflight.done():
+        pass
+    rig.part._buf.extend(rig.actions("b"))
+    rig.part.linger()
+    assert len(rig.client.requests) == 1
+    with pytest.raises(ConfigError):
+        rig.part.snapshot()
+
+
 def test_snapshot_always_flushes() -> None:
     rig = Rig(FakeClient(), BULK_LINGER_MS="60000")
     rig.part.write_batch([rig.actions("a"), rig.actions("b")])
