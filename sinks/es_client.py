@@ -6,7 +6,7 @@ import functools
 from typing import Any
 
 from elasticsearch import Elasticsearch
-from elasticsearch.serializer import OrjsonSerializer
+from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 
 from flows.config import Settings
 
@@ -18,10 +18,32 @@ def shared_client(settings: Settings) -> Elasticsearch:
     return make_client(settings)
 
 
+class _JsonSerializer(OrjsonSerializer):
+    """orjson; a `_bulk` answer with no failed item is not parsed. Filtered to the item
+    statuses, it is still ~25 bytes a document: parsing it cost ~0.4 µs a document."""
+
+    def loads(self, data: bytes) -> Any:
+        if data.startswith(b'{"errors":false'):
+            return {"errors": False}
+        return super().loads(data)
+
+
+class _NdjsonSerializer(NdjsonSerializer):
+    """The sink's `_bulk` bodies are already joined bytes: send them without a copy."""
+
+    def dumps(self, data: Any) -> bytes:
+        if isinstance(data, bytes):
+            return data
+        return super().dumps(data)
+
+
 def make_client(settings: Settings) -> Elasticsearch:
     """A client with orjson, our own retry policy (transport retries off) and the auth set."""
     kwargs: dict[str, Any] = {
-        "serializer": OrjsonSerializer(),
+        "serializers": {
+            "application/json": _JsonSerializer(),
+            "application/x-ndjson": _NdjsonSerializer(),
+        },
         "request_timeout": settings.es_request_timeout_s,
         # The sink retries with backoff and classification; the transport's immediate
         # retries would only hammer an overloaded node.
