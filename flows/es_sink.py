@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from flows import shutdown
+from flows import collector, shutdown
 from flows.config import Settings
 from flows.errors import ConfigError
 from flows.pipeline import build_flow
@@ -33,3 +33,4 @@ except ConfigError as _e:
     sys.exit(f"es_sink: configuration error: {_e}")
 
 shutdown.install()
+collector.collect_on_a_clock(_settings.gc_interval_s)
