@@ -116,6 +116,8 @@ class Settings:
     bulk_max_bytes: int = 8 * 1024 * 1024
     bulk_linger_ms: int = 1000
     es_max_in_flight: int = 4
+    es_sink_buffer_bytes: int = 32 * 1024 * 1024
+    """Encoded actions held per process, buffered or in flight, before partitions send early."""
     gc_interval_s: float = 10.0
     """Seconds between the cyclic garbage collector's runs (flows.collector); 0: Python's."""
     """`_bulk` requests in flight per process (each sink partition has at most one)."""
@@ -190,8 +192,8 @@ _ENV_NAMES = {
     "ES_INDEX_TEMPLATE_FILE", "ES_USERNAME", "ES_PASSWORD", "ES_API_KEY", "ES_BEARER_TOKEN",
     "ES_CA_CERTS", "ES_SSL_FINGERPRINT", "ES_VERIFY_CERTS", "ES_CLOUD_ID", "ES_COMPRESS",
     "ES_REQUEST_TIMEOUT_S", "BULK_MAX_ACTIONS", "BULK_MAX_BYTES", "BULK_LINGER_MS",
-    "ES_MAX_IN_FLIGHT", "GC_INTERVAL_S", "ES_RETRY_INITIAL_MS", "ES_RETRY_MAX_MS",
-    "ES_RETRY_BUDGET_S",
+    "ES_MAX_IN_FLIGHT", "ES_SINK_BUFFER_BYTES", "GC_INTERVAL_S", "ES_RETRY_INITIAL_MS",
+    "ES_RETRY_MAX_MS", "ES_RETRY_BUDGET_S",
 }  # fmt: skip
 _YAML_ONLY = {"KAFKA_CONFIG", "SCHEMA_REGISTRY_CONFIG"}
 
@@ -514,6 +516,7 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
         bulk_max_bytes=r.integer("BULK_MAX_BYTES", 8 * 1024 * 1024, minimum=1024),
         bulk_linger_ms=r.integer("BULK_LINGER_MS", 1000),
         es_max_in_flight=r.integer("ES_MAX_IN_FLIGHT", 4, minimum=1),
+        es_sink_buffer_bytes=r.integer("ES_SINK_BUFFER_BYTES", 32 * 1024 * 1024, minimum=1024),
         gc_interval_s=r.number("GC_INTERVAL_S", 10.0),
         es_retry_initial_ms=retry_initial,
         es_retry_max_ms=retry_max,

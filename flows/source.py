@@ -127,7 +127,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                 # librdkafka prefetches up to 64 MB and 100,000 records per consumer, and
                 # there is one consumer per partition: bound that to keep memory flat.
                 defaults={
-                    "queued.max.messages.kbytes": 8192,
+                    "queued.max.messages.kbytes": 4096,
                     "queued.min.messages": max(5 * settings.consume_batch_size, 1000),
                 },
                 **{

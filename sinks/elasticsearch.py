@@ -112,6 +112,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         self._external = settings.external_versioning or settings.write_method == "create"
         self._buf: list[Action] = []
         self._inflight: Future[None] | None = None
+        self._held = _held_bytes(settings.es_sink_buffer_bytes)
         self._lock = threading.Lock()  # the worker's calls vs the linger ticker
         self._broken = False
         self._bytes = 0
@@ -130,12 +131,16 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         with self._lock:
             if not self._buf:
                 self._oldest = self._clock.monotonic()
+            added = 0
             for chunk in items:
                 self._buf.extend(chunk)
-                self._bytes += sum(len(a.data) for a in chunk)
+                added += sum(len(a.data) for a in chunk)
+            self._bytes += added
+            over_budget = self._held.add(added)
             if (
                 len(self._buf) >= self._max_actions
                 or self._bytes >= self._max_bytes
+                or over_budget
                 or self._clock.monotonic() - self._oldest >= self._linger_s
             ):
                 self._dispatch()
@@ -215,15 +220,21 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
     def _send_all(self, buf: list[Action]) -> None:
         """Send `buf` in bulks no larger than the configured limits (on a pool thread)."""
         start = 0
-        while start < len(buf):
-            end, size = start, 0
-            while end < len(buf) and end - start < self._max_actions:
-                size += len(buf[end].data)
-                if size > self._max_bytes and end > start:
-                    break
-                end += 1
-            self._send(buf[start:end])
-            start = end
+        try:
+            while start < len(buf):
+                end, size = start, 0
+                while end < len(buf) and end - start < self._max_actions:
+                    n = len(buf[end].data)
+                    if size + n > self._max_bytes and end > start:
+                        break
+                    size += n
+                    end += 1
+                self._send(buf[start:end])
+                self._held.release(size)
+                start = end
+        finally:
+            if start < len(buf):  # the flow stops on this error; keep the count right
+                self._held.release(sum(len(a.data) for a in buf[start:]))
 
     def _send(self, actions: list[Action]) -> None:
         """Write `actions` until each is done or dead-lettered; retry what is transient."""
@@ -377,6 +388,36 @@ class _BulkPool:
                 future.set_exception(e)
             else:
                 future.set_result(None)
+
+
+class _HeldBytes:
+    """Encoded bytes the sink partitions of this process hold, buffered or in flight.
+
+    Per-partition limits alone let memory grow with the partition count (every partition
+    may fill BULK_MAX_BYTES while another BULK_MAX_BYTES is in flight); over
+    ES_SINK_BUFFER_BYTES a partition sends its buffer at its next write instead.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> bool:
+        """Count `n` more bytes; True when the process is now over its limit."""
+        with self._lock:
+            self._held += n
+            return self._held >= self._limit
+
+    def release(self, n: int) -> None:
+        with self._lock:
+            self._held -= n
+
+
+@functools.cache
+def _held_bytes(limit: int) -> _HeldBytes:
+    """One count per process (and limit): every partition of every worker shares it."""
+    return _HeldBytes(limit)
 
 
 class _LingerTicker:

@@ -654,6 +654,22 @@ def test_linger_leaves_a_failed_bulk_to_the_worker() -> None:
         rig.part.snapshot()
 
 
+def test_a_process_over_es_sink_buffer_bytes_sends_early_and_counts_back_down() -> None:
+    env = {"ES_SINK_BUFFER_BYTES": "1500", "BULK_LINGER_MS": "60000"}
+    first, second = Rig(FakeClient(), **env), Rig(FakeClient(), **env)
+    first.part.write_batch([first.actions("a", "b", pad=250)])  # ~640 bytes: under
+    assert first.settle() == []
+    second.part.write_batch([second.actions("c", "d", pad=250)])  # ~1280 together
+    assert first.settle() == []
+    second.part.write_batch([second.actions("e", pad=250)])  # over 1500: send now
+    assert len(second.settle()) == 1
+    assert second.client.ids(0) == ["c", "d", "e"]
+    held = second.part._held
+    assert held is first.part._held  # one count per process
+    first.part.snapshot()
+    assert held._held == 0
+
+
 def test_snapshot_always_flushes() -> None:
     rig = Rig(FakeClient(), BULK_LINGER_MS="60000")
     rig.part.write_batch([rig.actions("a"), rig.actions("b")])
