@@ -114,7 +114,7 @@ class Settings:
     es_request_timeout_s: float = 60.0
     bulk_max_actions: int = 5000
     bulk_max_bytes: int = 8 * 1024 * 1024
-    bulk_linger_ms: int = 1000
+    bulk_linger_ms: int = 200
     es_max_in_flight: int = 4
     es_sink_buffer_bytes: int = 32 * 1024 * 1024
     """Encoded actions held per process, buffered or in flight, before partitions send early."""
@@ -514,7 +514,7 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
         es_request_timeout_s=r.number("ES_REQUEST_TIMEOUT_S", 60.0, minimum=0.1),
         bulk_max_actions=r.integer("BULK_MAX_ACTIONS", 5000, minimum=1),
         bulk_max_bytes=r.integer("BULK_MAX_BYTES", 8 * 1024 * 1024, minimum=1024),
-        bulk_linger_ms=r.integer("BULK_LINGER_MS", 1000),
+        bulk_linger_ms=r.integer("BULK_LINGER_MS", 200),
         es_max_in_flight=r.integer("ES_MAX_IN_FLIGHT", 4, minimum=1),
         es_sink_buffer_bytes=r.integer("ES_SINK_BUFFER_BYTES", 32 * 1024 * 1024, minimum=1024),
         gc_interval_s=r.number("GC_INTERVAL_S", 10.0),
