@@ -116,7 +116,7 @@ class Settings:
     bulk_max_bytes: int = 8 * 1024 * 1024
     bulk_linger_ms: int = 200
     es_max_in_flight: int = 4
-    es_sink_buffer_bytes: int = 32 * 1024 * 1024
+    es_sink_buffer_bytes: int = 24 * 1024 * 1024
     """Encoded actions held per process, buffered or in flight, before partitions send early."""
     gc_interval_s: float = 10.0
     """Seconds between the cyclic garbage collector's runs (flows.collector); 0: Python's."""
@@ -516,7 +516,7 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
         bulk_max_bytes=r.integer("BULK_MAX_BYTES", 8 * 1024 * 1024, minimum=1024),
         bulk_linger_ms=r.integer("BULK_LINGER_MS", 200),
         es_max_in_flight=r.integer("ES_MAX_IN_FLIGHT", 4, minimum=1),
-        es_sink_buffer_bytes=r.integer("ES_SINK_BUFFER_BYTES", 32 * 1024 * 1024, minimum=1024),
+        es_sink_buffer_bytes=r.integer("ES_SINK_BUFFER_BYTES", 24 * 1024 * 1024, minimum=1024),
         gc_interval_s=r.number("GC_INTERVAL_S", 10.0),
         es_retry_initial_ms=retry_initial,
         es_retry_max_ms=retry_max,

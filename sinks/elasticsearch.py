@@ -141,7 +141,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
                 len(self._buf) >= self._max_actions
                 or self._bytes >= self._max_bytes
                 or over_budget
-                or self._clock.monotonic() - self._oldest >= self._linger_s
+                or (self._idle() and self._clock.monotonic() - self._oldest >= self._linger_s)
             ):
                 self._dispatch()
             self._gauge.set(len(self._buf))
@@ -187,12 +187,19 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
             if (
                 self._buf
                 and not self._broken
+                and self._idle()
                 and self._clock.monotonic() - self._oldest >= self._linger_s
-                and (inflight is None or (inflight.done() and inflight.exception() is None))
+                and (inflight is None or inflight.exception() is None)
             ):
                 self._dispatch()
         finally:
             self._lock.release()
+
+    def _idle(self) -> bool:
+        """No bulk of this partition in flight. BULK_LINGER_MS applies only then: while one
+        is in flight the buffer grows towards a full bulk (throughput under a backlog), and
+        when none is, records wait at most the linger (latency when traffic is light)."""
+        return self._inflight is None or self._inflight.done()
 
     def _dispatch(self) -> None:
         """Wait for this partition's bulk in flight, then send the buffer in the background."""

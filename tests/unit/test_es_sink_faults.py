@@ -642,6 +642,22 @@ def test_linger_sends_a_buffer_no_record_reaches_any_more() -> None:
     assert [client.ids(0), client.ids(1)] == [["a"], ["b"]]
 
 
+def test_while_a_bulk_is_in_flight_linger_waits_and_the_buffer_grows() -> None:
+    """Under a backlog bulks stay large; linger is for light traffic (nothing in flight)."""
+    client = GatedClient()
+    rig = Rig(client, BULK_MAX_ACTIONS="2", BULK_LINGER_MS="500")
+    rig.part.write_batch([rig.actions("a", "b")])
+    assert client.entered.acquire(timeout=10)
+    rig.part.write_batch([rig.actions("c")])
+    rig.clock.now += 1
+    rig.part.write_batch([])  # returns at once: no dispatch, so no wait on "a", "b"
+    rig.part.linger()
+    assert rig.part._buf and client.requests == []
+    client.gate.set()
+    rig.part.snapshot()
+    assert [client.ids(0), client.ids(1)] == [["a", "b"], ["c"]]
+
+
 def test_linger_leaves_a_failed_bulk_to_the_worker() -> None:
     rig = Rig(FakeClient(api_error(401, "security_exception")), BULK_LINGER_MS="0")
     rig.part.write_batch([rig.actions("a")])  # sent at once (linger 0), fails
