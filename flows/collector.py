@@ -12,11 +12,8 @@ memory stays bounded.
 from __future__ import annotations
 
 import gc
-import logging
 import threading
 import time
-
-logger = logging.getLogger(__name__)
 
 _started = threading.Lock()
 

@@ -116,11 +116,11 @@ class Settings:
     bulk_max_bytes: int = 8 * 1024 * 1024
     bulk_linger_ms: int = 200
     es_max_in_flight: int = 4
+    """`_bulk` requests in flight per process (each sink partition has at most one)."""
     es_sink_buffer_bytes: int = 24 * 1024 * 1024
     """Encoded actions held per process, buffered or in flight, before partitions send early."""
     gc_interval_s: float = 10.0
     """Seconds between the cyclic garbage collector's runs (flows.collector); 0: Python's."""
-    """`_bulk` requests in flight per process (each sink partition has at most one)."""
     es_retry_initial_ms: int = 100
     es_retry_max_ms: int = 10_000
     es_retry_budget_s: float = 0.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from concurrent import futures
 from typing import Any
 
 import orjson
@@ -661,8 +662,8 @@ def test_while_a_bulk_is_in_flight_linger_waits_and_the_buffer_grows() -> None:
 def test_linger_leaves_a_failed_bulk_to_the_worker() -> None:
     rig = Rig(FakeClient(api_error(401, "security_exception")), BULK_LINGER_MS="0")
     rig.part.write_batch([rig.actions("a")])  # sent at once (linger 0), fails
-    while rig.part._inflight is not None and not rig.part._inflight.done():
-        pass
+    assert rig.part._inflight is not None
+    futures.wait([rig.part._inflight], timeout=10)
     rig.part._buf.extend(rig.actions("b"))
     rig.part.linger()
     assert len(rig.client.requests) == 1
