@@ -125,6 +125,8 @@ class Settings:
     es_retry_max_ms: int = 10_000
     es_retry_budget_s: float = 0.0
     """0 means retry an unreachable or overloaded Elasticsearch forever (the flow stalls)."""
+    shutdown_timeout_s: float = 30.0
+    """Seconds a graceful stop (SIGTERM/SIGINT) may take before the process exits non-zero."""
 
     @property
     def doc_id_field(self) -> str | None:
@@ -193,7 +195,7 @@ _ENV_NAMES = {
     "ES_CA_CERTS", "ES_SSL_FINGERPRINT", "ES_VERIFY_CERTS", "ES_CLOUD_ID", "ES_COMPRESS",
     "ES_REQUEST_TIMEOUT_S", "BULK_MAX_ACTIONS", "BULK_MAX_BYTES", "BULK_LINGER_MS",
     "ES_MAX_IN_FLIGHT", "ES_SINK_BUFFER_BYTES", "GC_INTERVAL_S", "ES_RETRY_INITIAL_MS",
-    "ES_RETRY_MAX_MS", "ES_RETRY_BUDGET_S",
+    "ES_RETRY_MAX_MS", "ES_RETRY_BUDGET_S", "SHUTDOWN_TIMEOUT_S",
 }  # fmt: skip
 _YAML_ONLY = {"KAFKA_CONFIG", "SCHEMA_REGISTRY_CONFIG"}
 
@@ -521,6 +523,7 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
         es_retry_initial_ms=retry_initial,
         es_retry_max_ms=retry_max,
         es_retry_budget_s=r.number("ES_RETRY_BUDGET_S", 0.0),
+        shutdown_timeout_s=r.number("SHUTDOWN_TIMEOUT_S", 30.0),
     )
 
 

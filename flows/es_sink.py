@@ -24,6 +24,8 @@ if not logging.getLogger().handlers:
 
 try:
     _settings = Settings.load()
+    # Before any client starts a thread, so that every thread inherits the blocked signals.
+    shutdown.install(_settings.shutdown_timeout_s)
     flow = build_flow(_settings)
     # This module is the app's entry point, so it may ask Kafka before Bytewax starts: a
     # missing topic or an unreachable broker is then one clear line, not a worker panic.
@@ -32,5 +34,4 @@ try:
 except ConfigError as _e:
     sys.exit(f"es_sink: configuration error: {_e}")
 
-shutdown.install()
 collector.collect_on_a_clock(_settings.gc_interval_s)

@@ -1,44 +1,119 @@
-"""Graceful stop on SIGTERM/SIGINT: sources stop reading, sinks flush, offsets commit, exit 0.
+"""Graceful, bounded stop on SIGTERM/SIGINT: sources stop reading, sinks flush, offsets commit.
 
-The handler only sets a flag; each source partition sees it, stops reading, and ends after
-its last offset is committed (see `flows.source`), so the dataflow completes normally.
+The first signal only sets a flag; each source partition sees it, stops reading, and ends
+after its last offset is committed (see `flows.source`), so the dataflow completes normally
+and the process exits 0. That needs Elasticsearch and Kafka to answer: when they do not
+(an outage is exactly when operators stop things), the stop is bounded by
+SHUTDOWN_TIMEOUT_S, like Kubernetes' grace period: then the process exits with status 1,
+having committed only what was durable. A second signal exits at once (128 + signal).
+Neither loses anything: offsets are committed only behind durable writes, so whatever was
+not committed is read again by the next run.
+
+Why a signal thread: Bytewax workers can be blocked inside a sink's `snapshot()` waiting
+for a bulk that retries, and with several workers the main thread sits in Bytewax's Rust
+code joining them, so a Python handler on the main thread may never run (review finding
+F6). The signals are blocked in every thread and received by one thread of ours with
+`sigwait`, which runs whatever the other threads are doing. A Python-level handler stays
+installed for threads started before `install()` (they do not inherit the mask).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
 import threading
 from types import FrameType
 
 logger = logging.getLogger(__name__)
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+TIMEOUT_EXIT_STATUS = 1
+
 _requested = threading.Event()
+_lock = threading.Lock()
+_timeout_s: float | None = None  # set by install(); None: no watchdog (tests, embedding)
+_signals_seen = 0
 
 
 def requested() -> bool:
-    """True once SIGTERM or SIGINT arrived."""
+    """True once SIGTERM or SIGINT arrived (or `request()` was called)."""
     return _requested.is_set()
 
 
-def request() -> None:
-    """Ask the flow to finish as if a signal had arrived (tests, embedding)."""
-    _requested.set()
+def signalled() -> bool:
+    """True once SIGTERM or SIGINT arrived: the operator wants the process gone (so a drain
+    begun for another reason, such as a restart, must not restart it)."""
+    return _signals_seen > 0
 
 
-def install() -> None:
-    """Route SIGTERM and SIGINT to a graceful stop; a second signal stops at once."""
+def request(reason: str = "stop requested") -> None:
+    """Ask the flow to finish as if a signal had arrived (tests, embedding, restarts).
+
+    When `install()` set a timeout, the stop is bounded by it like a signalled one.
+    """
+    with _lock:
+        if _requested.is_set():
+            return
+        _requested.set()
+    logger.warning("%s: finishing the current epoch, flushing and committing, then exiting", reason)
+    if _timeout_s:
+        threading.Thread(
+            target=_exit_after, args=(_timeout_s,), name="es-sink-stop-timeout", daemon=True
+        ).start()
+
+
+def install(timeout_s: float = 30.0) -> None:
+    """Route SIGTERM and SIGINT to a graceful stop bounded by `timeout_s` (0: unbounded);
+    a second signal exits at once. Call it from the main thread, before starting clients
+    (their threads then inherit the blocked signals)."""
+    global _timeout_s
     if threading.current_thread() is not threading.main_thread():
         return
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    _timeout_s = timeout_s or None
+    for signum in SIGNALS:
+        signal.signal(signum, _on_python_signal)
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    threading.Thread(target=_wait_for_signals, name="es-sink-signals", daemon=True).start()
 
 
-def _on_signal(signum: int, frame: FrameType | None) -> None:
-    if _requested.is_set():
-        logger.warning("second %s: stopping now without flushing", signal.Signals(signum).name)
-        raise KeyboardInterrupt
-    logger.warning(
-        "%s: finishing the current epoch, flushing and committing, then exiting",
-        signal.Signals(signum).name,
+def _wait_for_signals() -> None:
+    while True:
+        _on_signal(signal.sigwait(SIGNALS))
+
+
+def _on_python_signal(signum: int, frame: FrameType | None) -> None:
+    _on_signal(signum)
+
+
+def _on_signal(signum: int) -> None:
+    global _signals_seen
+    name = signal.Signals(signum).name
+    with _lock:
+        _signals_seen += 1
+        first = _signals_seen == 1
+    if not first:
+        logger.warning("second %s: exiting now without flushing (nothing is lost)", name)
+        _exit(128 + signum)
+    request(name)
+
+
+def _exit_after(seconds: float) -> None:
+    threading.Event().wait(seconds)
+    logger.error(
+        "the graceful stop did not finish within SHUTDOWN_TIMEOUT_S=%gs (is Elasticsearch or "
+        "Kafka unreachable?); exiting with status %d; what was not committed is read again "
+        "by the next run",
+        seconds,
+        TIMEOUT_EXIT_STATUS,
     )
-    _requested.set()
+    _exit(TIMEOUT_EXIT_STATUS)
+
+
+def _exit(status: int) -> None:
+    """Leave now: Bytewax would join worker threads that wait on Elasticsearch forever."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stderr.flush()
+    os._exit(status)
