@@ -432,6 +432,10 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
     index_map = r.mapping("ES_INDEX_MAP")
     for topic, index in index_map.items():
         _check_index_template(f"ES_INDEX_MAP[{topic}]", index)
+    if on_null_value == "delete":
+        _check_deletes_can_find(doc_id, routing, es_index, index_map, data_stream, transforms)
+    if version == "offset":
+        _check_offsets_comparable(doc_id, topics, topics_regex, es_index, index_map, transforms)
 
     username, password = r.text("ES_USERNAME"), r.secret("ES_PASSWORD")
     if bool(username) != bool(password):
@@ -525,6 +529,91 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
         es_retry_budget_s=r.number("ES_RETRY_BUDGET_S", 0.0),
         shutdown_timeout_s=r.number("SHUTDOWN_TIMEOUT_S", 30.0),
     )
+
+
+# Built-in transforms that derive a document's id, key, index or routing from its fields.
+_FIELD_ROUTED = {"route", "id_from_field", "key_from_field"}
+
+
+def _check_deletes_can_find(
+    doc_id: str,
+    routing: str | None,
+    es_index: str,
+    index_map: Mapping[str, str],
+    data_stream: bool,
+    transforms: Sequence[Mapping[str, Any]],
+) -> None:
+    """ON_NULL_VALUE=delete: a tombstone must name the index, id and routing of the document
+    it deletes. It has no fields and its own timestamp, so anything derived from those would
+    send the delete elsewhere, where Elasticsearch answers 404 and the document stays
+    (review finding F3). Refused at start rather than silently doing nothing."""
+    why = "ON_NULL_VALUE=delete: a tombstone has no fields and its own timestamp, so"
+    if doc_id != "key":
+        msg = f"{why} its delete can only find a document whose id is the record key (DOC_ID=key)"
+        raise ConfigError(f"DOC_ID: {msg}, got {doc_id!r}")
+    if routing and routing != "key":
+        msg = f"{why} a delete cannot be routed by a field; use ES_ROUTING=key or no routing"
+        raise ConfigError(f"ES_ROUTING: {msg}")
+    if data_stream:
+        raise ConfigError("ES_DATA_STREAM: data streams accept only create, not deletes")
+    from flows.naming import IndexTemplate
+
+    for name, template in (("ES_INDEX", es_index), *_named_map(index_map)):
+        if IndexTemplate(template).has_date:
+            msg = (
+                f"{why} a delete would go to the index of the tombstone's date, not the "
+                f"document's; use an index without a date part or ON_NULL_VALUE=ignore/dlq"
+            )
+            raise ConfigError(f"{name}: {msg} ({template!r})")
+    for i, entry in enumerate(transforms):
+        kind = entry.get("type")
+        dated = kind == "route" and IndexTemplate(str(entry.get("index") or "")).has_date
+        by_field = kind == "route" and ("routing_field" in entry or "timestamp_field" in entry)
+        if kind in ("id_from_field", "key_from_field") or dated or by_field:
+            msg = f"{why} a {kind} transform cannot give its delete the document's {_what(kind)}"
+            raise ConfigError(f"transforms[{i}]: {msg}")
+
+
+def _check_offsets_comparable(
+    doc_id: str,
+    topics: Sequence[str],
+    topics_regex: str | None,
+    es_index: str,
+    index_map: Mapping[str, str],
+    transforms: Sequence[Mapping[str, Any]],
+) -> None:
+    """VERSION=offset uses the Kafka offset as the document version, and offsets are ordered
+    only within one partition: wherever one document can receive writes from two partitions,
+    a newer write loses to an older one and the 409 counts as done (review finding F5). What
+    the settings show is refused here; what only Kafka shows (partitions added, a recreated
+    topic) is refused by the source."""
+    why = (
+        "VERSION=offset orders writes by Kafka offset, which is ordered only within one "
+        "partition, so"
+    )
+    fix = "use VERSION=none (writes to one document stay in order) or VERSION=header:<name>"
+    if doc_id not in ("key", "coordinates"):  # a coordinates id has one record, so one partition
+        msg = f"{why} the document id must be the record key (DOC_ID=key), got {doc_id!r}; {fix}"
+        raise ConfigError(f"VERSION: {msg}")
+    indices = [index_map.get(t, es_index) for t in topics]
+    indices = [i for i in indices if "{topic}" not in i]  # the others differ per topic
+    clash = next((i for i in indices if indices.count(i) > 1), None)
+    if clash is not None or (topics_regex and "{topic}" not in es_index):
+        where = f"index {clash!r}" if clash else f"ES_INDEX={es_index!r} with KAFKA_TOPICS_REGEX"
+        msg = f"{why} several topics must not write one index ({where}); {fix}"
+        raise ConfigError(f"VERSION: {msg}")
+    for i, entry in enumerate(transforms):
+        if entry.get("type") in _FIELD_ROUTED:
+            msg = f"{why} a {entry['type']} transform must not choose ids or indices; {fix}"
+            raise ConfigError(f"transforms[{i}]: {msg}")
+
+
+def _named_map(index_map: Mapping[str, str]) -> list[tuple[str, str]]:
+    return [(f"ES_INDEX_MAP[{t}]", i) for t, i in index_map.items()]
+
+
+def _what(kind: object) -> str:
+    return {"route": "index and routing", "id_from_field": "id"}.get(str(kind), "key")
 
 
 def _check_index_template(name: str, template: str) -> None:

@@ -621,3 +621,90 @@ def test_settings_compare_and_hash_by_identity() -> None:
 
 def test_secrets_empty_without_credentials() -> None:
     assert load(KAFKA_CONFIG_CLIENT_ID="client-abc").secrets() == []
+
+
+# ------------------------------------------------------- deletes and offset versioning
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"ES_ROUTING": "field:tenant"}, "ES_ROUTING"),
+        ({"DOC_ID": "coordinates"}, "DOC_ID"),
+        ({"DOC_ID": "field:id"}, "DOC_ID"),
+        ({"DOC_ID": "none"}, "DOC_ID"),
+        ({"ES_INDEX": "logs-{yyyy.MM.dd}"}, "ES_INDEX"),
+        ({"ES_INDEX_MAP": "orders:orders-{yyyy.MM}"}, "ES_INDEX_MAP[orders]"),
+        ({"ES_DATA_STREAM": "true"}, "ES_DATA_STREAM"),
+    ],
+)
+def test_deletes_that_cannot_find_their_document_are_refused(
+    env: dict[str, str], named: str
+) -> None:
+    """F3: a tombstone has no fields and its own timestamp; these deletes would miss."""
+    message = error_for(ON_NULL_VALUE="delete", **env)
+    assert message.startswith(f"{named}: ")
+    assert "ON_NULL_VALUE=delete" in message or "deletes" in message
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "{type: route, index: 'logs-{yyyy.MM.dd}'}",
+        "{type: route, index: logs, routing_field: tenant}",
+        "{type: route, index: 'logs-{yyyy}', timestamp_field: ts}",
+        "{type: id_from_field, field: id}",
+        "{type: key_from_field, field: id}",
+    ],
+)
+def test_deletes_with_field_routed_transforms_are_refused(tmp_path: Path, entry: str) -> None:
+    path = write_yaml(tmp_path, f"transforms:\n  - {entry}\n")
+    message = error({**BASE, "ES_SINK_CONFIG": path, "ON_NULL_VALUE": "delete"})
+    assert message.startswith("transforms[0]: ON_NULL_VALUE=delete")
+
+
+def test_deletes_that_find_their_document_are_accepted(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "transforms:\n  - {type: route, index: static-name}\n")
+    s = Settings.load(
+        {**BASE, "ES_SINK_CONFIG": path, "ON_NULL_VALUE": "delete", "ES_ROUTING": "key"}
+    )
+    assert s.on_null_value == "delete"
+    assert load(ON_NULL_VALUE="delete", ES_INDEX="orders-v2").es_index == "orders-v2"
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"DOC_ID": "field:id"},
+        {"KAFKA_TOPICS": "a,b", "ES_INDEX": "shared"},
+        {"KAFKA_TOPICS": "a,b", "ES_INDEX_MAP": "a:x,b:x"},
+        {"KAFKA_TOPICS": "a,b", "ES_INDEX_MAP": "a:b-idx", "ES_INDEX": "b-idx"},
+        {"KAFKA_TOPICS": "", "KAFKA_TOPICS_REGEX": "orders.*", "ES_INDEX": "orders"},
+    ],
+)
+def test_offset_versions_across_partitions_are_refused(env: dict[str, str]) -> None:
+    """F5: offsets are ordered only within a partition."""
+    message = error_for(VERSION="offset", **env)
+    assert message.startswith("VERSION: VERSION=offset orders writes by Kafka offset")
+    assert "VERSION=none" in message
+
+
+def test_offset_versions_with_a_field_routed_transform_are_refused(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "transforms:\n  - {type: id_from_field, field: id}\n")
+    message = error({**BASE, "ES_SINK_CONFIG": path, "VERSION": "offset"})
+    assert message.startswith("transforms[0]: VERSION=offset")
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"ES_INDEX": "one-index"},
+        {"KAFKA_TOPICS": "a,b"},
+        {"KAFKA_TOPICS": "a,b", "ES_INDEX": "all-{topic}"},
+        {"KAFKA_TOPICS": "a,b", "ES_INDEX_MAP": "a:x,b:y"},
+        {"KAFKA_TOPICS": "", "KAFKA_TOPICS_REGEX": "orders.*"},
+    ],
+)
+def test_offset_versions_within_one_topic_per_index_are_accepted(env: dict[str, str]) -> None:
+    assert load(VERSION="offset", **env).version == "offset"

@@ -14,8 +14,8 @@ def test_example_yaml_loads_and_its_built_in_transforms_compile():
     settings = Settings.load({"ES_SINK_CONFIG": str(EXAMPLE)})
     assert settings.topics == ("orders", "orders-eu")
     assert settings.kafka_config["client.id"] == "orders-to-es"
-    assert settings.doc_id_field == "order_id"
-    assert settings.external_versioning
+    assert settings.doc_id == "key"
+    assert settings.on_null_value == "delete"
     # The last entry imports the user's own module, which does not exist here.
     assert settings.transforms[-1] == {"python": "mycompany.transforms:enrich"}
     assert len(build_transforms(settings.transforms[:-1])) == len(settings.transforms) - 1

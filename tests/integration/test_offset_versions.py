@@ -1,0 +1,34 @@
+"""VERSION=offset where offsets of different partitions meet one document is refused (F5).
+
+Against the real broker and node: two topics into one index, one key. The newer write comes
+from the topic with the smaller offset, so under external versioning it used to get a 409,
+counted as done, and the document kept the older value.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import Services, create_topic, produce, run_flow, search_all
+
+pytestmark = pytest.mark.integration
+
+
+def test_offset_versions_over_two_topics_into_one_index_are_refused(
+    services: Services, es: object, names: object
+) -> None:
+    a, b, index = names("ver-a"), names("ver-b"), names("ver-x")  # type: ignore[operator]
+    for topic in (a, b):
+        create_topic(services.kafka, topic)
+    produce(services.kafka, a, [(b"k", b'{"v": %d}' % v) for v in range(1, 6)])
+    produce(services.kafka, b, [(b"k", b'{"v": 6}')])  # the newest write, at offset 0
+    env = {"KAFKA_TOPICS": f"{a},{b}", "KAFKA_GROUP_ID": index, "ES_INDEX": index}
+    run = run_flow(services, {**env, "VERSION": "offset"})
+    assert run.returncode != 0, f"ran and left {search_all(es, index)}"
+    assert "configuration error: VERSION: VERSION=offset orders writes by Kafka offset" in (
+        run.output
+    )
+    # Without external versions the sink's per-document order keeps the newest write.
+    run = run_flow(services, env)
+    assert run.returncode == 0, run.output[-3000:]
+    assert search_all(es, index) == {"k": {"v": 6}}
