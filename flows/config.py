@@ -125,6 +125,12 @@ class Settings:
     es_retry_max_ms: int = 10_000
     es_retry_budget_s: float = 0.0
     """0 means retry an unreachable or overloaded Elasticsearch forever (the flow stalls)."""
+    es_item_retry_max: int = 10
+    """Retries of a bulk item whose retryable error is not a 429; then it is a failed record."""
+    dlq_retry_budget_s: float = 0.0
+    """0 means retry the dead-letter topic forever on transient broker errors (the flow stalls)."""
+    es_retry_on_conflict: int = 3
+    """WRITE_METHOD=upsert: re-runs of an update that met a concurrent write (then 409)."""
     shutdown_timeout_s: float = 30.0
     """Seconds a graceful stop (SIGTERM/SIGINT) may take before the process exits non-zero."""
 
@@ -196,6 +202,8 @@ _ENV_NAMES = {
     "ES_REQUEST_TIMEOUT_S", "BULK_MAX_ACTIONS", "BULK_MAX_BYTES", "BULK_LINGER_MS",
     "ES_MAX_IN_FLIGHT", "ES_SINK_BUFFER_BYTES", "GC_INTERVAL_S", "ES_RETRY_INITIAL_MS",
     "ES_RETRY_MAX_MS", "ES_RETRY_BUDGET_S", "SHUTDOWN_TIMEOUT_S",
+    "ES_ITEM_RETRY_MAX", "DLQ_RETRY_BUDGET_S",
+    "ES_RETRY_ON_CONFLICT",
 }  # fmt: skip
 _YAML_ONLY = {"KAFKA_CONFIG", "SCHEMA_REGISTRY_CONFIG"}
 
@@ -527,6 +535,9 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
         es_retry_initial_ms=retry_initial,
         es_retry_max_ms=retry_max,
         es_retry_budget_s=r.number("ES_RETRY_BUDGET_S", 0.0),
+        es_item_retry_max=r.integer("ES_ITEM_RETRY_MAX", 10),
+        dlq_retry_budget_s=r.number("DLQ_RETRY_BUDGET_S", 0.0),
+        es_retry_on_conflict=r.integer("ES_RETRY_ON_CONFLICT", 3),
         shutdown_timeout_s=r.number("SHUTDOWN_TIMEOUT_S", 30.0),
     )
 

@@ -41,6 +41,9 @@ class ActionBuilder:
     def __init__(self, settings: Settings) -> None:
         self._op = {"index": "index", "create": "create", "upsert": "update"}[settings.write_method]
         self._upsert = settings.write_method == "upsert"
+        # A partial update reads, merges and writes; another writer in between (a second
+        # deployment, a script) makes it a 409 that re-running the update would fix.
+        self._retry_on_conflict = settings.es_retry_on_conflict
         self._default_index = IndexTemplate(settings.es_index)
         self._index_map = {t: IndexTemplate(i) for t, i in settings.es_index_map.items()}
         self._id_mode = "field" if settings.doc_id_field else settings.doc_id
@@ -91,6 +94,8 @@ class ActionBuilder:
             meta["routing"] = routing
         if self._pipeline and not doc.delete:
             meta["pipeline"] = self._pipeline
+        if self._upsert and not doc.delete and self._retry_on_conflict:
+            meta["retry_on_conflict"] = self._retry_on_conflict
         if self._version_offset:
             meta["version"] = rec.offset
             meta["version_type"] = "external"

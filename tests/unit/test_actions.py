@@ -212,9 +212,16 @@ def test_create() -> None:
 def test_upsert() -> None:
     _, parsed = build(doc({"a": 1}), WRITE_METHOD="upsert")
     assert parsed == [
-        {"update": {"_index": "orders", "_id": "k1"}},
+        {"update": {"_index": "orders", "_id": "k1", "retry_on_conflict": 3}},
         {"doc": {"a": 1}, "doc_as_upsert": True},
     ]
+
+
+def test_upsert_retry_on_conflict_is_a_setting() -> None:
+    _, parsed = build(doc({"a": 1}), WRITE_METHOD="upsert", ES_RETRY_ON_CONFLICT="0")
+    assert parsed[0] == {"update": {"_index": "orders", "_id": "k1"}}
+    _, parsed = build(doc({"a": 1}), WRITE_METHOD="upsert", ES_RETRY_ON_CONFLICT="7")
+    assert parsed[0]["update"]["retry_on_conflict"] == 7
 
 
 def test_delete_for_tombstone() -> None:
