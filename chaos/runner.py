@@ -1,61 +1,55 @@
-"""Runs the real flow (`python -m bytewax.run flows.es_sink`) and SIGKILLs it until it finishes.
+"""Runs the real flow (`chaos.flow`) and interrupts it until it finishes.
 
-Each attempt starts the flow in one layout (`2w`: one process, `-w 2`; `2p`: two processes,
-`-i 0/1 -a "127.0.0.1:p1;127.0.0.1:p2"` on fresh ports), each process in its own session so
-a kill takes the whole process (`killpg`, SIGKILL). While kills remain, the attempt gets a
-kill plan, chosen at random:
+Attempts cycle through the mode's layouts (`1w,3w,2p,1w` in recovery mode: rescaling over
+one recovery store). While interruptions remain, each attempt gets a plan; the ones with
+a `forced` number are fixed in advance, the rest drawn at random:
 
 * `startup`: 0.2-3 s after spawn, before or while partitions are built (nothing committed).
 * `random`: a uniform moment within the attempt's window once partitions are built.
 * `bulk`: arm at a random moment in the window, then poll Elasticsearch's task list every
   ~10 ms and kill the moment a `_bulk` request for our index is in flight.
 * `epoch`: arm at a random moment, poll the group's committed offsets every ~25 ms; a
-  change marks an epoch boundary (the source commits epoch e when epoch e+1 starts, right
-  after the sinks flushed and Bytewax wrote the recovery snapshot). Then either kill
-  0-100 ms later (`after-commit`: during the commit and the next epoch's first reads), or
-  at boundary + epoch length - 0-300 ms (`before-boundary`: while the sinks flush in
-  `snapshot()` and the recovery snapshot is written).
+  change marks an epoch boundary. Then kill 0-100 ms later (`after-commit`) or at
+  boundary + epoch length - 0-300 ms (`before-boundary`: while the sinks flush).
+* `outage` / `outage2` (forced): at a random moment cut Elasticsearch off and SIGTERM
+  once or twice (`chaos.outage`).
+* `after-bad` (ERRORS_TOLERANCE=none, once the flow has stopped on its bad record): kill
+  0-1.5 epochs after the processor logs that it holds a failed record, the window of
+  review finding F1.
 
-The moment is 0.1-1.5 windows after reading began; the window adapts so the kills spread
-over the whole backfill: 0.8 x the remaining records over the measured throughput (index
-operations per second), divided by the kills still to do (+1). In the
-`2p` layout a kill hits one process (the cluster then fails: the survivor is waited for and
-SIGKILLed if it hangs), both at once, or both staggered by up to a second. After the last
-kill the flow runs undisturbed until it exits 0 (KAFKA_STOP_AT_END=true).
+The window adapts so the kills spread over the whole backfill: 0.8 x the remaining records
+over the measured throughput, divided by the kills still to do (+1). In a multi-process
+layout a kill hits one process (the survivor is waited for and SIGKILLed if it hangs), all
+at once, or all staggered by up to a second. After every interruption the harness waits
+until no `_bulk` of the dead flow still runs, then checks what is durable
+(`chaos.invariants`, and `chaos.strict` for a stop). `grow` adds partitions while an
+attempt runs (`chaos.grow`). After the last interruption the flow runs undisturbed until it
+exits 0 with nothing left (strict: until two runs in a row stopped on the same record).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import time
-import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from chaos.flow import Flow
+from chaos.grow import Growth
 from chaos.invariants import Durable, Invariants
+from chaos.monitor import Monitor
+from chaos.outage import OUTAGE_SLACK_S, OutageStats, sigterm_during_outage
+from chaos.proxy import Proxy
+from chaos.strict import StrictWatch, held_logged, named_record
 
-ROOT = Path(__file__).resolve().parent.parent
 SURVIVOR_WAIT_S = 15.0
-STARTED_MARK = b"starts at offset"
-PLANS = ("startup", "random", "bulk", "epoch")
+PLANS = ("startup", "random", "bulk", "epoch", "outage", "outage2", "after-bad")
+RANDOM_PLANS = ("startup", "random", "bulk", "epoch")
 PLAN_WEIGHTS = (1, 3, 3, 3)
 MAX_CRASHES = 5
-RATE_ENV = "CHAOS_RATE_PER_PROCESS"
-
-# Host settings that would change the flow under test; the harness sets its own.
-_DROP_PREFIXES = (
-    "KAFKA_", "ES_", "DLQ_", "BULK_", "BYTEWAX_", "SCHEMA_REGISTRY_", "VALUE_", "KEY_",
-    "ON_NULL_",
-)  # fmt: skip
-_DROP_NAMES = {"TRANSFORMS", "ERRORS_TOLERANCE", "WRITE_METHOD", "DOC_ID", "VERSION"}
+MAX_EARLY_EXITS = 10
 
 
 class HarnessTimeout(Exception):
@@ -64,184 +58,6 @@ class HarnessTimeout(Exception):
 
 class TooManyCrashes(Exception):
     """The flow kept failing on its own (not killed by us)."""
-
-
-def flow_env(settings: dict[str, str]) -> dict[str, str]:
-    """The host environment without flow settings, plus ours and PYTHONPATH=repo root."""
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(_DROP_PREFIXES) and k not in _DROP_NAMES
-    }
-    return {**base, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **settings}
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct ports free right now (the OS picks them)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-class Flow:
-    """One attempt: the flow's processes in one layout."""
-
-    def __init__(
-        self, layout: str, run_args: list[str], env: dict[str, str], logs: Path, rate: float
-    ) -> None:
-        self.layout = layout
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.logs: list[Path] = []
-        self._log_pos: list[int] = []
-        self._active = False
-        self.killed: set[int] = set()
-        base = [sys.executable, "-m", "bytewax.run", "flows.es_sink", *run_args]
-        if layout == "2w":
-            cmds = [[*base, "-w", "2"]]
-        elif layout == "2p":
-            addresses = ";".join(f"127.0.0.1:{p}" for p in free_ports(2))
-            cmds = [[*base, "-i", str(i), "-a", addresses] for i in range(2)]
-        else:
-            msg = f"unknown layout {layout!r}"
-            raise ValueError(msg)
-        if rate > 0:  # the throttle in chaos.transforms is per process
-            env = {**env, RATE_ENV: f"{rate / len(cmds):.3f}"}
-        self.started = time.monotonic()
-        for i, cmd in enumerate(cmds):
-            log = logs.with_name(f"{logs.name}-p{i}.log")
-            with open(log, "ab") as out:
-                out.write(f"$ {' '.join(cmd)}\n".encode())
-                out.flush()
-                self.procs.append(
-                    subprocess.Popen(
-                        cmd,
-                        cwd=ROOT,
-                        env=env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                )
-            self.logs.append(log)
-            self._log_pos.append(0)
-
-    def codes(self) -> list[int | None]:
-        return [p.poll() for p in self.procs]
-
-    def exited(self) -> bool:
-        return all(c is not None for c in self.codes())
-
-    def any_exited(self) -> bool:
-        return any(c is not None for c in self.codes())
-
-    def active(self) -> bool:
-        """True once every process logged a source partition start (reading has begun)."""
-        if self._active:
-            return True
-        seen = 0
-        for i, log in enumerate(self.logs):
-            try:
-                with open(log, "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue
-            if STARTED_MARK in data:
-                seen += 1
-            self._log_pos[i] = len(data)
-        self._active = seen == len(self.logs)
-        return self._active
-
-    def kill(self, which: list[int]) -> None:
-        """SIGKILL the whole process (its session) of each index in `which`."""
-        for i in which:
-            proc = self.procs[i]
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                self.killed.add(i)
-
-    def kill_all(self) -> None:
-        self.kill(list(range(len(self.procs))))
-        for p in self.procs:
-            p.wait()
-
-    def wait(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.exited():
-                return True
-            time.sleep(0.05)
-        return self.exited()
-
-    def tail(self, lines: int = 15) -> str:
-        out = []
-        for log in self.logs:
-            text = log.read_text(errors="replace").splitlines()
-            out.append(f"--- {log}\n" + "\n".join(text[-lines:]))
-        return "\n".join(out)
-
-
-class Monitor:
-    """What the harness watches to time kills: committed offsets and in-flight bulks."""
-
-    def __init__(self, es: Any, bootstrap: str, group: str, topic: str, index: str) -> None:
-        from confluent_kafka import Consumer, TopicPartition
-
-        from chaos.audit import partitions_of
-
-        self._es = es
-        self._index = index
-        # Same group id, never subscribed: committed() is a plain OffsetFetch.
-        self._consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
-        )
-        self._tps = [TopicPartition(topic, p) for p in partitions_of(bootstrap, topic)]
-
-    def committed(self) -> int:
-        """Sum of the committed offsets (records durably done, per the flow's commits)."""
-        try:
-            tps = self._consumer.committed(self._tps, timeout=5)
-        except Exception:
-            return -1
-        return sum(max(tp.offset, 0) for tp in tps)
-
-    def index_ops(self) -> int:
-        """Index operations Elasticsearch executed (done or lost to a newer version).
-
-        Mapping errors are not counted, replays are: this measures how fast the flow
-        works, not how far it got (that is `committed`).
-        """
-        try:
-            stats = self._es.indices.stats(index=self._index, metric="indexing")
-            ix = stats["_all"]["primaries"]["indexing"]
-        except Exception:
-            return -1
-        return int(ix["index_total"]) + int(ix.get("index_failed_due_to_version_conflict", 0))
-
-    def bulk_in_flight(self) -> bool:
-        """True when Elasticsearch is executing a `_bulk` request for our index."""
-        try:
-            with warnings.catch_warnings():  # the task API is "technical preview"
-                warnings.simplefilter("ignore")
-                resp = self._es.tasks.list(actions="indices:data/write/bulk*", detailed=True)
-        except Exception:
-            return False
-        for node in resp.get("nodes", {}).values():
-            for task in node.get("tasks", {}).values():
-                if self._index in task.get("description", ""):
-                    return True
-        return False
-
-    def close(self) -> None:
-        self._consumer.close()
 
 
 @dataclass
@@ -258,6 +74,9 @@ class ModeStats:
     crashes: int = 0
     kills_in_bulk: int = 0
     survivors_hung: int = 0
+    outage: OutageStats = field(default_factory=OutageStats)
+    early_exits: int = 0
+    """Runs that exited 0 while records were left (produced after they started)."""
     plans: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PLANS, 0))
     layouts: dict[str, int] = field(default_factory=dict)
     completed: bool = False
@@ -265,49 +84,45 @@ class ModeStats:
 
 @dataclass
 class Outcome:
-    kind: str  # "finished", "crashed" or "killed"
+    kind: str  # "finished", "crashed", "stopped" (strict), "killed" or "terminated"
     detail: str = ""
 
 
+@dataclass
 class Chaos:
     """Runs one mode's attempts until the backfill completes; see the module docstring."""
 
-    def __init__(
-        self,
-        *,
-        mode: str,
-        layouts: list[str],
-        kills: int,
-        records: int,
-        run_args: list[str],
-        env: dict[str, str],
-        logdir: Path,
-        monitor: Monitor,
-        invariants: Invariants,
-        epoch_s: float,
-        rng: random.Random,
-        deadline: float,
-        say: Any,
-        rate: float = 0.0,
-    ) -> None:
-        self.mode = mode
-        self.layouts = layouts
-        self.target = kills
-        self.records = records
-        self.run_args = run_args
-        self.env = env
-        self.logdir = logdir
-        self.monitor = monitor
-        self.invariants = invariants
-        self.epoch_s = epoch_s
-        self.rng = rng
-        self.deadline = deadline
-        self.say = say
-        self.stats = ModeStats()
-        self.max_rate = rate
-        self.rate = rate or 5000.0  # records/s, refined from what each attempt achieves
-        self._kill_log = logdir / "kills.jsonl"
-        self.flow: Flow | None = None
+    mode: str
+    layouts: list[str]
+    kills: int
+    records: int
+    run_args: list[str]
+    env: dict[str, str]
+    logdir: Path
+    monitor: Monitor
+    invariants: Invariants
+    proxy: Proxy
+    epoch_s: float
+    rng: random.Random
+    deadline: float
+    say: Callable[[str], None]
+    complete: Callable[[], bool]
+    """True when nothing is left to read (the committed offsets are the end offsets)."""
+    rate: float = 0.0
+    stop_at_end: bool = True
+    """False: the flow runs until the harness SIGTERMs it once everything is committed."""
+    shutdown_timeout_s: float = 5.0
+    forced: dict[int, str] = field(default_factory=dict)
+    """kill number (1-based) -> plan"""
+    strict: StrictWatch | None = None
+    growth: Growth | None = None
+    stats: ModeStats = field(default_factory=ModeStats)
+    flow: Flow | None = None
+
+    def __post_init__(self) -> None:
+        self.max_rate = self.rate
+        self.rate = self.rate or 5000.0  # records/s, refined from what attempts achieve
+        self._kill_log = self.logdir / "kills.jsonl"
 
     # -- the loop
 
@@ -321,36 +136,65 @@ class Chaos:
                 self.stats.layouts[layout] = self.stats.layouts.get(layout, 0) + 1
                 name = f"run-{self.stats.runs:03d}-{layout}"
                 before = self.monitor.committed()
-                self.flow = Flow(layout, self.run_args, self.env, self.logdir / name, self.max_rate)
-                if self.stats.kills < self.target:
-                    outcome = self._attempt_with_kill(self.flow, before)
+                flow = self.flow = Flow(
+                    layout, self.run_args, self.env, self.logdir / name, self.max_rate
+                )
+                undisturbed = self.stats.kills >= self.kills or (
+                    # ERRORS_TOLERANCE=none: half the kills before the first stop, the rest
+                    # after it, where review finding F1 lived.
+                    self.strict is not None
+                    and not self.strict.first_stop_seen
+                    and self.stats.kills >= self.kills // 2
+                )
+                if undisturbed:
+                    outcome = self._attempt_to_end(flow)
                 else:
-                    outcome = self._attempt_to_end(self.flow)
+                    outcome = self._attempt_with_kill(flow, before)
                 if durable is not None:
-                    self.invariants.on_restart(durable, self.flow.logs)
-                if outcome.kind != "finished":
+                    self.invariants.on_restart(durable, flow.logs)
+                finished = outcome.kind == "finished"
+                done = finished and self._all_read()
+                if not done:  # the next attempt's start is checked against this
+                    self.monitor.settle()
                     durable = self.invariants.after_kill()
                 found = self.invariants.found
                 self.stats.commit_ahead = found.commit_ahead
                 self.stats.resume_ahead = found.resume_ahead
                 self.stats.offset_checks = found.checked
-                done = self.monitor.committed()
                 self.say(
                     f"[{self.mode}] {name}: {outcome.kind} {outcome.detail} "
-                    f"(committed {done}/{self.records})"
+                    f"(committed {self.monitor.committed()}/{self.records})"
                 )
-                if outcome.kind == "finished":
-                    self.stats.completed = True
-                    return self.stats
+                if self.strict is not None and durable is not None and outcome.kind == "stopped":
+                    self.strict.on_stop(name, flow.text(), durable, undisturbed)
+                    if self.strict.done():
+                        self.stats.completed = True
+                        return self.stats
+                elif self.strict is not None:
+                    self.strict.on_interrupted()
+                if finished:
+                    if self.strict is not None:
+                        self.strict.on_exit_zero(name)
+                    if done or self.strict is not None:
+                        self.stats.completed = True
+                        return self.stats
+                    self.stats.early_exits += 1
+                    if self.stats.early_exits > MAX_EARLY_EXITS:
+                        msg = f"the flow exited 0 {self.stats.early_exits} times, records left"
+                        raise TooManyCrashes(msg)
                 if outcome.kind == "crashed":
                     self.stats.crashes += 1
-                    self.say(f"[{self.mode}] {name} exited by itself:\n{self.flow.tail()}")
+                    self.say(f"[{self.mode}] {name} exited by itself:\n{flow.tail()}")
                     if self.stats.crashes > MAX_CRASHES:
                         msg = f"the flow failed by itself {self.stats.crashes} times"
                         raise TooManyCrashes(msg)
         finally:
+            self.proxy.restore()
             if self.flow is not None and not self.flow.exited():
                 self.flow.kill_all()
+
+    def _all_read(self) -> bool:
+        return self.complete() and (self.growth is None or self.growth.done)
 
     def _check_time(self) -> None:
         if time.monotonic() > self.deadline:
@@ -358,24 +202,36 @@ class Chaos:
             raise HarnessTimeout(msg)
 
     def _attempt_to_end(self, flow: Flow) -> Outcome:
-        while not flow.exited():
+        if self.growth is not None and not self.growth.done:
+            self._grow(flow)
+        while not flow.any_exited():
             self._check_time()
-            time.sleep(0.1)
+            if not self.stop_at_end and self._all_read():
+                # A flow without KAFKA_STOP_AT_END runs on: stop it once all is committed.
+                flow.terminate()
+                break
+            time.sleep(0.25)
+        if not flow.wait(self.shutdown_timeout_s + OUTAGE_SLACK_S + SURVIVOR_WAIT_S):
+            flow.kill_all()
         return self._exit_outcome(flow)
 
     def _exit_outcome(self, flow: Flow) -> Outcome:
         codes = flow.codes()
         if all(c == 0 for c in codes):
             return Outcome("finished", f"exit codes {codes}")
+        if self.strict is not None:
+            named = named_record(flow.text(), self.invariants.truth.topic)
+            if named is not None:
+                return Outcome("stopped", f"on {named[0]}@{named[1]}, exit codes {codes}")
         return Outcome("crashed", f"exit codes {codes}")
 
-    # -- kills
+    # -- choosing the moment
 
     def _window(self) -> float:
         """Mean seconds from 'reading' to the kill, spreading the kills over the backfill."""
         done = max(self.monitor.committed(), 0)
         remaining = max(self.records - done, 0)
-        left = max(self.target - self.stats.kills, 0)
+        left = max(self.kills - self.stats.kills, 0)
         # 0.8: a kill also costs the replay of its last epoch; keep the last kill early.
         return min(max(0.8 * remaining / self.rate / (left + 1), 0.3), 30.0)
 
@@ -398,19 +254,47 @@ class Chaos:
             time.sleep(0.05)
         return not flow.any_exited()
 
+    def _grow(self, flow: Flow) -> bool:
+        """Add partitions while `flow` reads, then see whether it picks them up."""
+        assert self.growth is not None
+        ok = self._wait_active(flow) and self._sleep_until(
+            flow, time.monotonic() + self.rng.uniform(0.5, 2.0)
+        )
+        if not ok:
+            return False
+        self.growth.grow(self.say)
+        self.monitor.refresh()
+        self.growth.watch(flow, self.monitor, self._check_time)
+        self.say(f"[{self.mode}] {self.growth.describe()}")
+        return not flow.any_exited()
+
+    def _plan(self) -> str:
+        forced = self.forced.get(self.stats.kills + 1)
+        if forced is not None:
+            return forced
+        if self.strict is not None and self.strict.first_stop_seen:
+            return self.rng.choices(("startup", "after-bad"), (1, 4))[0]
+        return self.rng.choices(RANDOM_PLANS, PLAN_WEIGHTS)[0]
+
     def _attempt_with_kill(self, flow: Flow, committed_before: int) -> Outcome:
         rng = self.rng
-        plan = rng.choices(PLANS, PLAN_WEIGHTS)[0]
+        if self.growth is not None and self.growth.due(self.stats.kills) and not self._grow(flow):
+            return self._gone(flow)
+        plan = self._plan()
         window = self._window()
         variant = ""
         active_at, ops_at = time.monotonic(), -1
         if plan == "startup":
             ok = self._sleep_until(flow, flow.started + rng.uniform(0.2, 3.0))
+        elif plan == "after-bad":
+            ok, variant = self._wait_hold(flow)
         else:
             ok = self._wait_active(flow)
             active_at = time.monotonic()
             ops_at = self.monitor.index_ops()
             ok = ok and self._sleep_until(flow, active_at + rng.uniform(0.1, 1.5) * window)
+            if ok and plan in ("outage", "outage2"):
+                return self._outage(flow, plan)
             if ok and plan == "bulk":
                 variant = "miss"
                 give_up = time.monotonic() + 20
@@ -420,27 +304,46 @@ class Chaos:
                         break
                     ok = self._sleep_until(flow, time.monotonic() + 0.01)
             elif ok and plan == "epoch":
-                variant = "no-commit-seen"
-                base = self.monitor.committed()
-                give_up = time.monotonic() + 20
-                while ok and time.monotonic() < give_up:
-                    if self.monitor.committed() != base:
-                        boundary = time.monotonic()
-                        if rng.random() < 0.5:
-                            variant = "after-commit"
-                            when = boundary + rng.uniform(0, 0.1)
-                        else:
-                            variant = "before-boundary"
-                            when = boundary + max(self.epoch_s - rng.uniform(0, 0.3), 0)
-                        ok = self._sleep_until(flow, when)
-                        break
-                    ok = self._sleep_until(flow, time.monotonic() + 0.025)
+                ok, variant = self._wait_epoch(flow)
         if not ok:
-            # A process exited before the kill: the backfill finished, or the flow failed.
-            if not flow.wait(SURVIVOR_WAIT_S):
-                flow.kill_all()
-            return self._exit_outcome(flow)
+            return self._gone(flow)
         return self._kill(flow, plan, variant, committed_before, active_at, ops_at)
+
+    def _gone(self, flow: Flow) -> Outcome:
+        """A process exited before the kill: the backfill finished, or the flow stopped."""
+        if not flow.wait(SURVIVOR_WAIT_S):
+            flow.kill_all()
+        return self._exit_outcome(flow)
+
+    def _wait_epoch(self, flow: Flow) -> tuple[bool, str]:
+        ok, base = True, self.monitor.committed()
+        give_up = time.monotonic() + 20
+        while ok and time.monotonic() < give_up:
+            if self.monitor.committed() != base:
+                boundary = time.monotonic()
+                if self.rng.random() < 0.5:
+                    when = boundary + self.rng.uniform(0, 0.1)
+                    return self._sleep_until(flow, when), "after-commit"
+                when = boundary + max(self.epoch_s - self.rng.uniform(0, 0.3), 0)
+                return self._sleep_until(flow, when), "before-boundary"
+            ok = self._sleep_until(flow, time.monotonic() + 0.025)
+        return ok, "no-commit-seen"
+
+    def _wait_hold(self, flow: Flow) -> tuple[bool, str]:
+        """Until the flow logs a failed record: held by the processor (raised an epoch
+        later), or refused by Elasticsearch (raised at once, so the kill may come late)."""
+        give_up = time.monotonic() + 30
+        while time.monotonic() < give_up:
+            text = flow.text()
+            if named_record(text, self.invariants.truth.topic) is not None:
+                when = time.monotonic() + self.rng.uniform(0, 1.5) * self.epoch_s
+                variant = "held" if held_logged(text) else "refused"
+                return self._sleep_until(flow, when), variant
+            if not self._sleep_until(flow, time.monotonic() + 0.02):
+                return False, ""
+        return True, "none-logged"
+
+    # -- interrupting
 
     def _kill(
         self,
@@ -453,57 +356,63 @@ class Chaos:
     ) -> Outcome:
         rng = self.rng
         at = time.monotonic()
+        n = len(flow.procs)
         how = "process"
-        if len(flow.procs) == 1:
-            flow.kill([0])
-        else:
+        if n > 1:
             roll = rng.random()
             if roll < 0.5:
-                victim = rng.randrange(len(flow.procs))
-                how = f"process {victim} of 2"
+                victim = rng.randrange(n)
+                how = f"process {victim} of {n}"
                 flow.kill([victim])
             elif roll < 0.8:
-                how = "both processes"
-                flow.kill(list(range(len(flow.procs))))
+                how = f"all {n} processes"
+                flow.kill(list(range(n)))
             else:
                 delay = rng.uniform(0.05, 1.0)
-                first = rng.randrange(len(flow.procs))
-                how = f"process {first}, then the other {delay:.2f}s later"
+                first = rng.randrange(n)
+                how = f"process {first}, then the others {delay:.2f}s later"
                 flow.kill([first])
                 time.sleep(delay)
-                flow.kill(list(range(len(flow.procs))))
+                flow.kill(list(range(n)))
+        else:
+            flow.kill([0])
         in_bulk = variant == "hit" or self.monitor.bulk_in_flight()
         if not flow.wait(SURVIVOR_WAIT_S):
             self.stats.survivors_hung += 1
-            how += " (the survivor hung; SIGKILLed)"
+            how += " (a survivor hung; SIGKILLed)"
             flow.kill_all()
-        self.stats.kills += 1
-        self.stats.plans[plan] += 1
         self.stats.kills_in_bulk += in_bulk
-        committed_after = self.monitor.committed()
-        elapsed = at - flow.started
         ops = self.monitor.index_ops()
         if ops_at >= 0 and ops > ops_at and at - active_at > 0.5:
             rate = (ops - ops_at) / (at - active_at)
             self.rate = 0.5 * self.rate + 0.5 * max(rate, 50.0)
+        label = f"{plan}/{variant}" if variant else plan
+        detail = f"{label} {how} at {at - flow.started:.2f}s{' during a bulk' if in_bulk else ''}"
+        return self._interrupted(flow, plan, "killed", detail, committed_before)
+
+    def _outage(self, flow: Flow, plan: str) -> Outcome:
+        before = self.monitor.committed()
+        detail = sigterm_during_outage(
+            flow, self.proxy, self.rng, twice=plan == "outage2",
+            shutdown_timeout_s=self.shutdown_timeout_s, stats=self.stats.outage,
+        )  # fmt: skip
+        return self._interrupted(flow, plan, "terminated", f"{plan}/{detail}", before)
+
+    def _interrupted(
+        self, flow: Flow, plan: str, kind: str, detail: str, committed_before: int
+    ) -> Outcome:
+        self.stats.kills += 1
+        self.stats.plans[plan] += 1
         entry = {
             "mode": self.mode,
             "layout": flow.layout,
             "plan": plan,
-            "variant": variant,
-            "how": how,
-            "after_s": round(elapsed, 3),
-            "bulk_in_flight": in_bulk,
+            "detail": detail,
             "exit_codes": flow.codes(),
-            "committed": committed_after,
+            "committed": self.monitor.committed(),
             "committed_before": committed_before,
             "rate": round(self.rate),
         }
         with open(self._kill_log, "a") as f:
             f.write(json.dumps(entry) + "\n")
-        label = f"{plan}/{variant}" if variant else plan
-        return Outcome(
-            "killed",
-            f"#{self.stats.kills} {label} {how} at {elapsed:.2f}s"
-            f"{' during a bulk' if in_bulk else ''}",
-        )
+        return Outcome(kind, f"#{self.stats.kills} {detail}")

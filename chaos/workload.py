@@ -1,21 +1,20 @@
-"""The keyed workload: good updates, ~2% bad records of many kinds, and the ground truth.
+"""The keyed workload: good updates, ~2% bad records of many kinds, tombstones, null keys.
 
-Ground truth comes from Kafka's delivery reports, not from assumptions: every record's
-partition and offset is what the broker acknowledged. Records are produced with their key
-(and an idempotent producer, so retries cannot reorder or duplicate them), hence every key
-lives on exactly one partition and its offsets grow with its updates. The flow runs with
-DOC_ID=key and VERSION=offset, so a replay of an older record after a kill gets a 409 and
-cannot overwrite a newer one: the final document of a key is its last *good* record by
-offset. That only holds because a key never spans partitions (offsets of two partitions
-are not comparable); `expected_state` checks it instead of trusting it.
+Every record is produced to an explicit partition chosen here (CRC-32 of the key modulo
+the partition count; null and empty keys anywhere), so a key lives on exactly one
+partition, also after partitions are added (`growth`: existing keys stay where they were,
+new partitions get new keys only), and its offsets grow with its updates. Each good
+document carries its position in the record list as `seq`, so a document in the index
+names the record that wrote it. Offsets come from the broker's delivery reports
+(`chaos.produce`); the expected final state is derived from them (`chaos.truth`).
 """
 
 from __future__ import annotations
 
 import random
-import time
+import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -57,11 +56,14 @@ class Rec:
     kind: str
     key: bytes | None
     value: bytes | None
-    """None: a tombstone, which the flow ignores (ON_NULL_VALUE=ignore): no write, no DLQ."""
+    """None: a tombstone: ignored (ON_NULL_VALUE=ignore) or a delete of its key's document."""
     stage: str | None
     """The dead-letter stage a bad record must get; None for a good record."""
     partition: int = -1
+    """Chosen by the workload; the producer sends the record there explicitly."""
     offset: int = -1
+    aborted: bool = False
+    """Produced inside an aborted transaction: no consumer may ever see it."""
 
     @property
     def bad(self) -> bool:
@@ -126,9 +128,19 @@ BAD_KINDS: dict[str, tuple[str, Maker]] = {
 }
 
 
-def _key_text(index: int) -> str:
+def index_body(shards: int) -> dict[str, Any]:
+    """INDEX_BODY with `shards` primary shards (several: routing decides where a doc lives)."""
+    return {**INDEX_BODY, "settings": {**INDEX_BODY["settings"], "number_of_shards": shards}}
+
+
+def partition_for(key: bytes, partitions: int, offset: int = 0) -> int:
+    """The partition of a non-empty key among `partitions`, starting at `offset`."""
+    return offset + zlib.crc32(key) % partitions
+
+
+def _key_text(index: int, prefix: str = "user") -> str:
     # Some keys are non-ASCII: document ids are the UTF-8 key text.
-    return f"usér-{index}-✓" if index % 37 == 0 else f"user-{index:07d}"
+    return f"{prefix}-é-{index}-✓" if index % 37 == 0 else f"{prefix}-{index:07d}"
 
 
 def _good_doc(rng: random.Random, key: str | None, seq: int) -> dict[str, Any]:
@@ -151,122 +163,158 @@ def _good_doc(rng: random.Random, key: str | None, seq: int) -> dict[str, Any]:
     }
 
 
-def generate(records: int, seed: int) -> list[Rec]:
-    """`records` records over records/4 keys, skewed so hot keys get many updates."""
-    rng = random.Random(seed)
-    keys = max(10, records // 4)
+@dataclass(slots=True)
+class _Plan:
+    """A record before its bytes exist: what it is and where it goes."""
+
+    kind: str  # "good", "good-null-key", "tombstone" or a BAD_KINDS name
+    key: str | None
+    partition: int
+
+
+def make_record(rng: random.Random, plan: _Plan, seq: int) -> Rec:
+    """The record of `plan`; a good document carries `seq`."""
+    doc = _good_doc(rng, plan.key, seq)
+    key = plan.key.encode() if plan.key is not None else None
+    if plan.kind == "good-null-key":
+        return Rec(plan.kind, None, orjson.dumps(doc), None, plan.partition)
+    if plan.kind == "tombstone":
+        return Rec(plan.kind, key, None, None, plan.partition)
+    if plan.kind == "good":
+        return Rec(plan.kind, key, orjson.dumps(doc), None, plan.partition)
+    stage, make = BAD_KINDS[plan.kind]
+    key, value = make(rng, key or b"", doc)
+    return Rec(plan.kind, key, value, stage, plan.partition)
+
+
+def _plan(
+    rng: random.Random,
+    records: int,
+    partitions: int,
+    bad_share: float,
+    pick_key: Callable[[], tuple[str, int]],
+    tombstone_share: float = TOMBSTONE_SHARE,
+) -> list[_Plan]:
     kinds = sorted(BAD_KINDS)
-    out: list[Rec] = []
+    out: list[_Plan] = []
     for seq in range(records):
-        key_text = _key_text(int(keys * rng.random() ** 2))
+        key, partition = pick_key()
         roll = rng.random()
         if roll < NULL_KEY_SHARE:
-            doc = _good_doc(rng, None, seq)
-            out.append(Rec("good-null-key", None, orjson.dumps(doc), None))
-            continue
-        doc = _good_doc(rng, key_text, seq)
-        key = key_text.encode()
-        if roll > 1 - TOMBSTONE_SHARE:
-            out.append(Rec("tombstone", key, None, None))
-            continue
-        if roll < NULL_KEY_SHARE + BAD_SHARE:
+            out.append(_Plan("good-null-key", None, rng.randrange(partitions)))
+        elif roll > 1 - tombstone_share:
+            out.append(_Plan("tombstone", key, partition))
+        elif roll < NULL_KEY_SHARE + bad_share:
             kind = kinds[seq % len(kinds)] if rng.random() < 0.5 else rng.choice(kinds)
-            stage, make = BAD_KINDS[kind]
-            key, value = make(rng, key, doc)
-            out.append(Rec(kind, key, value, stage))
+            out.append(_Plan(kind, key, partition))
         else:
-            out.append(Rec("good", key, orjson.dumps(doc), None))
+            out.append(_Plan("good", key, partition))
     return out
 
 
-def produce(bootstrap: str, topic: str, recs: list[Rec], timeout_s: float = 300.0) -> None:
-    """Produce every record with its key and fill in partition and offset from the broker."""
-    from confluent_kafka import KafkaException, Producer
+def _skewed_keys(
+    rng: random.Random, keys: int, partitions: int, prefix: str = "user", first: int = 0
+) -> Callable[[], tuple[str, int]]:
+    """Keys drawn so hot keys get many updates, each with its partition."""
 
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 20,
-            "batch.size": 1_000_000,
-            "compression.type": "lz4",
-            "queue.buffering.max.messages": 500_000,
-            "message.max.bytes": 16_777_216,
-        }
-    )
-    errors: list[str] = []
+    def pick() -> tuple[str, int]:
+        text = _key_text(int(keys * rng.random() ** 2), prefix)
+        return text, partition_for(text.encode(), partitions, first)
 
-    def report(i: int) -> Callable[[Any, Any], None]:
-        def on_delivery(err: Any, msg: Any) -> None:
-            if err is not None:
-                errors.append(f"record {i}: {err}")
-            else:
-                recs[i].partition = msg.partition()
-                recs[i].offset = msg.offset()
-
-        return on_delivery
-
-    for i, rec in enumerate(recs):
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    key=rec.key,
-                    value=rec.value,
-                    headers=[(SEQ_HEADER, str(i).encode())],
-                    on_delivery=report(i),
-                )
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if i % 1000 == 0:
-            producer.poll(0)
-    deadline = time.monotonic() + timeout_s
-    while producer.flush(5) and time.monotonic() < deadline:
-        pass
-    if errors or any(r.offset < 0 for r in recs):
-        missing = sum(r.offset < 0 for r in recs)
-        msg = f"producing to {topic} failed: {missing} unconfirmed; {errors[:3]}"
-        raise KafkaException(msg)
+    return pick
 
 
-@dataclass
-class Expected:
-    """What the index and the dead-letter topic must hold once the backfill completes."""
-
-    docs: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """document id -> (offset = expected _version, index into the record list)"""
-    bad: dict[tuple[int, int], int] = field(default_factory=dict)
-    """(partition, offset) of every bad record -> index into the record list"""
-    good: set[tuple[int, int]] = field(default_factory=set)
-    """(partition, offset) of every record that must not be dead-lettered"""
-    end_offsets: dict[int, int] = field(default_factory=dict)
-
-
-class GroundTruthError(Exception):
-    """The workload does not allow a ground truth (a key on two partitions)."""
+def generate(
+    records: int,
+    seed: int,
+    partitions: int = PARTITIONS,
+    bad_share: float = BAD_SHARE,
+    tombstone_share: float = TOMBSTONE_SHARE,
+) -> list[Rec]:
+    """`records` records over records/4 keys, skewed so hot keys get many updates."""
+    rng = random.Random(seed)
+    pick = _skewed_keys(rng, max(10, records // 4), partitions)
+    plans = _plan(rng, records, partitions, bad_share, pick, tombstone_share)
+    return [make_record(rng, p, seq) for seq, p in enumerate(plans)]
 
 
-def expected_state(topic: str, recs: list[Rec]) -> Expected:
-    """Last good write per key wins; a key must live on one partition (checked)."""
-    exp = Expected()
-    owner: dict[bytes, int] = {}
-    for i in sorted(range(len(recs)), key=lambda j: (recs[j].partition, recs[j].offset)):
-        r = recs[i]
-        coords = (r.partition, r.offset)
-        exp.end_offsets[r.partition] = max(exp.end_offsets.get(r.partition, 0), r.offset + 1)
-        # librdkafka's partitioner spreads empty keys at random like null ones; they only
-        # occur in bad records (an empty document id), which leave no document behind.
-        if r.key and owner.setdefault(r.key, r.partition) != r.partition:
-            msg = f"key {r.key!r} is on partitions {owner[r.key]} and {r.partition}"
-            raise GroundTruthError(msg)
-        if r.bad:
-            exp.bad[coords] = i
-            continue
-        exp.good.add(coords)
-        if r.value is None:  # ignored tombstone: the document keeps its last good write
-            continue
-        doc_id = r.key.decode() if r.key is not None else f"{topic}-{r.partition}-{r.offset}"
-        exp.docs[doc_id] = (r.offset, i)
-    return exp
+PROCESSOR_STAGES = ("deserialize", "transform")
+
+
+def generate_strict(records: int, seed: int, partitions: int = PARTITIONS) -> list[Rec]:
+    """For ERRORS_TOLERANCE=none: bad records on one partition only, starting 50-80% into it.
+
+    The first bad record is followed within a few records by a second (another stage, most
+    often), then more at random: the flow must stop on the first, every time.
+    """
+    rng = random.Random(f"{seed}-strict")
+    pick = _skewed_keys(rng, max(10, records // 4), partitions)
+    plans = _plan(rng, records, partitions, 0.0, pick)
+    sizes = [sum(p.partition == q and p.kind == "good" for p in plans) for q in range(partitions)]
+    target = max(range(partitions), key=lambda q: (sizes[q], rng.random()))
+    good = [i for i, p in enumerate(plans) if p.partition == target and p.kind == "good"]
+    first = int(len(good) * rng.uniform(0.5, 0.8))
+    kinds = sorted(BAD_KINDS)
+    early = [k for k in kinds if BAD_KINDS[k][0] in PROCESSOR_STAGES]
+    late = [k for k in kinds if BAD_KINDS[k][0] not in PROCESSOR_STAGES]
+    # Two thirds of the time the first failure is one the processor sees (the F1 window:
+    # held, then raised an epoch later), else one only Elasticsearch refuses.
+    plans[good[first]].kind = rng.choice(early if rng.random() < 2 / 3 else late)
+    second = min(first + rng.randint(1, 5), len(good) - 1)
+    if second > first:
+        plans[good[second]].kind = rng.choice(kinds)
+    for pos in good[second + 1 :]:
+        if rng.random() < 0.03:
+            plans[pos].kind = rng.choice(kinds)
+    return [make_record(rng, p, seq) for seq, p in enumerate(plans)]
+
+
+def growth(
+    recs: list[Rec], records: int, seed: int, old_partitions: int, new_partitions: int
+) -> list[Rec]:
+    """Records for after `new_partitions` were added: existing keys stay on their partition,
+    the new partitions get new keys only (so per-key order stays defined, VERSION=none)."""
+    rng = random.Random(f"{seed}-growth")
+    owner = {r.key.decode(): r.partition for r in recs if r.key and r.kind == "good"}
+    old_keys = sorted(owner)
+    new_pick = _skewed_keys(rng, max(10, records // 4), new_partitions, "new", old_partitions)
+
+    def pick() -> tuple[str, int]:
+        if old_keys and rng.random() < 0.5:
+            key = rng.choice(old_keys)
+            return key, owner[key]
+        return new_pick()
+
+    total = old_partitions + new_partitions
+    plans = _plan(rng, records, total, BAD_SHARE, pick)
+    return [make_record(rng, p, len(recs) + i) for i, p in enumerate(plans)]
+
+
+ABORTED_SEQ = 1_000_000_000
+"""`seq` of documents produced in aborted transactions: any such document in the index is
+a record that no read_committed consumer may see."""
+
+
+def aborted_records(
+    rng: random.Random, around: list[Rec], count: int, first: int, partitions: int
+) -> list[Rec]:
+    """`count` records for an aborted transaction: updates of keys of `around` (which would
+    make their documents wrong if indexed), new keys (extra documents) and a few bad ones
+    (dead letters that must not exist)."""
+    keyed = [r for r in around if r.key and r.kind == "good"]
+    out = []
+    kinds = sorted(BAD_KINDS)
+    for j in range(count):
+        if keyed and rng.random() < 0.7:
+            src = rng.choice(keyed)
+            assert src.key is not None
+            plan = _Plan("good", src.key.decode(), src.partition)
+        else:
+            text = f"aborted-{first + j}"
+            plan = _Plan("good", text, partition_for(text.encode(), partitions))
+        if rng.random() < 0.05:
+            plan.kind = rng.choice(kinds)
+        rec = make_record(rng, plan, ABORTED_SEQ + first + j)
+        rec.aborted = True
+        out.append(rec)
+    return out

@@ -1,0 +1,116 @@
+"""The modes: one road through production conditions each, run end to end and audited.
+
+Every mode gets a fresh topic, dead-letter topic, index and group, a workload written
+partly by a transactional producer (committed and aborted transactions, `chaos.produce`),
+the flow's Elasticsearch traffic through `chaos.proxy` (SIGTERM during outages), and
+SIGKILLs at random moments (`chaos.runner`). What differs:
+
+| mode | resume from | layouts | what else |
+| --- | --- | --- | --- |
+| `recovery` | a recovery store | 1w,3w,2p,1w (rescaled) | VERSION=offset |
+| `offsets` | group offsets | 2w,2p | 3% tombstones deleting, ES_ROUTING=key, 3 shards |
+| `grow` | group offsets | 2w,2p | 4 partitions, 4 added mid-run, VERSION=none |
+| `strict` | a recovery store | 2w,1w | ERRORS_TOLERANCE=none, bad records on one partition |
+
+`grow` (`chaos.grow`) runs like a service, not a backfill: without KAFKA_STOP_AT_END (a
+backfill ends at the end offsets it had at start, so it leaves new partitions to the next
+run), stopped by SIGTERM once everything is committed, and with
+KAFKA_AUTO_OFFSET_RESET=latest: the group's offsets are set to 0 before the first run (as
+an operator creating a group for a backlog does), so only the partitions added later have
+no offset, and they must still be read from their beginning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from chaos.workload import TOMBSTONE_SHARE
+
+EPOCH_S = 1
+RECOVERY_PARTITIONS = 2
+GROW_FIRST = 4
+GROW_ADD = 4
+GROW_SHARE = 0.3
+"""Share of the `grow` mode's records produced after the partitions were added."""
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    recovery: bool
+    layouts: tuple[str, ...]
+    settings: dict[str, str] = field(default_factory=dict)
+    partitions: int = 8
+    shards: int = 1
+    tombstones: float = TOMBSTONE_SHARE
+    """Share of tombstones in the workload."""
+    deletes: bool = False
+    versioned: bool = True
+    routed: bool = False
+    strict: bool = False
+    grow: bool = False
+    outages: bool = True
+    """Forced SIGTERM-in-an-outage interruptions apply (not once the flow stops by itself)."""
+
+
+MODES: dict[str, Mode] = {
+    m.name: m
+    for m in (
+        Mode("recovery", recovery=True, layouts=("1w", "3w", "2p", "1w")),
+        Mode(
+            "offsets",
+            recovery=False,
+            layouts=("2w", "2p"),
+            settings={"ES_ROUTING": "key", "ON_NULL_VALUE": "delete"},
+            shards=3,
+            tombstones=0.03,
+            deletes=True,
+            routed=True,
+        ),
+        Mode(
+            "grow",
+            recovery=False,
+            layouts=("2w", "2p"),
+            settings={
+                "VERSION": "none",
+                "KAFKA_METADATA_REFRESH_S": "2",
+                "KAFKA_STOP_AT_END": "false",
+                "KAFKA_AUTO_OFFSET_RESET": "latest",
+            },
+            partitions=GROW_FIRST,
+            versioned=False,
+            grow=True,
+        ),
+        Mode(
+            "strict",
+            recovery=True,
+            layouts=("2w", "1w"),
+            settings={"ERRORS_TOLERANCE": "none"},
+            strict=True,
+            outages=False,
+        ),
+    )
+}
+
+
+def base_settings(
+    *, bootstrap: str, es_url: str, topic: str, group: str, index: str, dlq: str
+) -> dict[str, str]:
+    """The flow settings every mode starts from (a mode's own override them)."""
+    return {
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "KAFKA_TOPICS": topic,
+        "KAFKA_GROUP_ID": group,
+        "KAFKA_STOP_AT_END": "true",
+        "ES_HOSTS": es_url,
+        "ES_INDEX": index,
+        "DOC_ID": "key",
+        "VERSION": "offset",
+        "ERRORS_TOLERANCE": "all",
+        "DLQ_TOPIC": dlq,
+        "TRANSFORMS": "chaos.transforms:explode",
+        # Smaller than the defaults (1000, 5000): more epochs and more bulk requests per
+        # second, so more distinct moments for a kill to land on.
+        "KAFKA_CONSUME_BATCH_SIZE": "200",
+        "BULK_MAX_ACTIONS": "500",
+    }

@@ -1,0 +1,82 @@
+"""SIGTERM while Elasticsearch is unreachable (review finding F6).
+
+The harness cuts the proxy between the flow and Elasticsearch (`chaos.proxy`: `refuse`
+like a node that is down, `blackhole` like a network partition), lets bulks fail or hang
+for 0.3-1.5 s, then asks the flow to stop as an orchestrator would. A graceful stop cannot
+flush, so every process must give up within SHUTDOWN_TIMEOUT_S (+ OUTAGE_SLACK_S) with a
+non-zero status and commit nothing more; with `outage2` a second SIGTERM 0.3-1 s later
+must end it within SECOND_SIGNAL_S. Processes still running then are SIGKILLed and
+counted. What was durable is checked afterwards like after any kill, and the next attempt
+(proxy restored) must lose nothing.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+from chaos.flow import Flow
+from chaos.proxy import CUT_MODES, Proxy
+
+OUTAGE_SLACK_S = 3.0
+SECOND_SIGNAL_S = 2.0
+
+
+@dataclass
+class OutageStats:
+    outages: int = 0
+    hung: int = 0
+    """Processes still running past the limit after SIGTERM (must be 0)."""
+    exit0: int = 0
+    """Processes that exited 0 after SIGTERM in an outage: nothing could be flushed, so
+    status 0 would claim a clean stop that did not happen (must be 0)."""
+    max_s: float = 0.0
+    """Longest exit after one SIGTERM."""
+    term2_max_s: float = 0.0
+    """Longest exit after the second SIGTERM."""
+
+
+def sigterm_during_outage(
+    flow: Flow,
+    proxy: Proxy,
+    rng: random.Random,
+    *,
+    twice: bool,
+    shutdown_timeout_s: float,
+    stats: OutageStats,
+) -> str:
+    """Cut, SIGTERM (twice), wait, restore; returns what happened, for the log."""
+    cut = rng.choice(CUT_MODES)
+    proxy.cut(cut)
+    try:
+        time.sleep(rng.uniform(0.3, 1.5))  # bulks fail and retry, or hang
+        t0 = time.monotonic()
+        flow.terminate()
+        if twice:
+            time.sleep(rng.uniform(0.3, 1.0))
+            t0 = time.monotonic()
+            flow.terminate()
+            limit = SECOND_SIGNAL_S
+        else:
+            limit = shutdown_timeout_s + OUTAGE_SLACK_S
+        exited = flow.wait(limit)
+        took = time.monotonic() - t0
+        late = sum(c is None for c in flow.codes())
+        if not exited:
+            flow.kill_all()
+    finally:
+        proxy.restore()
+    codes = flow.codes()
+    stats.outages += 1
+    stats.hung += late
+    stats.exit0 += sum(c == 0 for c in codes)
+    if twice:
+        stats.term2_max_s = max(stats.term2_max_s, took)
+    else:
+        stats.max_s = max(stats.max_s, took)
+    ended = f"{late} still running, SIGKILLed" if late else "exited"
+    return (
+        f"{cut} SIGTERM{' x2' if twice else ''}: {ended} after {took:.1f}s "
+        f"(limit {limit:.0f}s), exit codes {codes}"
+    )

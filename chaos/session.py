@@ -1,0 +1,300 @@
+"""One mode end to end: create, produce, run and interrupt the flow, audit, clean up."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chaos import truth as truths
+from chaos.audit import AuditResult, Expect, audit, end_offsets
+from chaos.flow import ROOT, flow_env
+from chaos.grow import Growth
+from chaos.invariants import Invariants
+from chaos.modes import EPOCH_S, GROW_ADD, GROW_SHARE, RECOVERY_PARTITIONS, Mode, base_settings
+from chaos.monitor import Monitor
+from chaos.produce import Produced, produce
+from chaos.proxy import Proxy
+from chaos.runner import Chaos, HarnessTimeout, ModeStats, TooManyCrashes
+from chaos.strict import StrictWatch, dropped_after
+from chaos.workload import generate, generate_strict, growth, index_body
+
+
+@dataclass
+class ModeResult:
+    stats: ModeStats
+    audit: AuditResult
+    produced: Produced
+    records: int
+    growth: Growth | None
+    strict: StrictWatch | None
+    passed: bool
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create `topic` and wait until every partition has a leader."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    _wait_leaders(admin, topic, partitions)
+
+
+def add_partitions(bootstrap: str, topic: str, total: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_partitions([NewPartitions(topic, total)])[topic].result(30)
+    _wait_leaders(admin, topic, total)
+
+
+def _wait_leaders(admin: Any, topic: str, partitions: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if (
+            meta is not None
+            and meta.error is None
+            and len(meta.partitions) == partitions
+            and all(p.leader >= 0 for p in meta.partitions.values())
+        ):
+            return
+        time.sleep(0.2)
+    msg = f"topic {topic} has no {partitions} partitions with leaders after 30s"
+    raise TimeoutError(msg)
+
+
+def cleanup(
+    bootstrap: str, es: Any, topics: list[str], index: str, group: str, say: Callable[[str], None]
+) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.delete_topics(topics).values():
+        try:
+            fut.result(30)
+        except Exception as e:
+            say(f"cleanup: {e}")
+    try:
+        admin.delete_consumer_groups([group])[group].result(30)
+    except Exception as e:
+        if "GROUP_ID_NOT_FOUND" not in str(e):
+            say(f"cleanup: group {group}: {e}")
+    es.options(ignore_status=404).indices.delete(index=index)
+
+
+def prime_group(bootstrap: str, group: str, topic: str, partitions: int) -> None:
+    """Commit offset 0 for every partition: the group exists before the flow first runs."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
+    try:
+        tps = [TopicPartition(topic, p, 0) for p in range(partitions)]
+        consumer.commit(offsets=tps, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def forced_plans(kills: int, outages: int, rng: random.Random) -> dict[int, str]:
+    """Kill numbers that are SIGTERMs in an outage: `outage` and `outage2` alternately,
+    never the first attempt (it is the one that builds everything from nothing)."""
+    slots = list(range(2, kills + 1)) or list(range(1, kills + 1))
+    picks = sorted(rng.sample(slots, min(outages, len(slots))))
+    return {k: ("outage", "outage2")[n % 2] for n, k in enumerate(picks)}
+
+
+def run_mode(
+    args: argparse.Namespace,
+    mode: Mode,
+    run: str,
+    es: Any,
+    workdir: Path,
+    seed: int,
+    deadline: float,
+    say: Callable[[str], None],
+) -> ModeResult:
+    """One mode end to end; the caller prints the summary."""
+    t0 = time.monotonic()
+    topic = index = group = f"chaos-{run}-{mode.name}"
+    dlq = f"{topic}-dlq"
+    logdir = workdir / mode.name
+    logdir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(f"{seed}-{mode.name}")
+    records = args.records
+    first = int(records * (1 - GROW_SHARE)) if mode.grow else records
+    if mode.strict:
+        recs = generate_strict(first, seed, mode.partitions)
+    else:
+        recs = generate(first, seed, mode.partitions, tombstone_share=mode.tombstones)
+    proxy = Proxy(args.es)
+    try:
+        create_topic(args.bootstrap, topic, mode.partitions)
+        create_topic(args.bootstrap, dlq, 1)
+        es.indices.create(index=index, **index_body(mode.shards))
+        produced = produce(
+            args.bootstrap, topic, recs, txn_share=args.txn_share, rng=rng,
+            partitions=mode.partitions,
+        )  # fmt: skip
+        truth = truths.build(topic, recs, deletes=mode.deletes)
+        finals = [truth.allowed(d, truths.INFINITY, truths.INFINITY) for d in truth.ops]
+        say(
+            f"[{mode.name}] produced {len(recs)} records to {topic} ({produced.txn_records} in "
+            f"{produced.committed_txns} transactions, {len(produced.aborted)} more in "
+            f"{produced.aborted_txns} aborted ones): {len(truth.ops)} documents, "
+            f"{sum(not a.recs for a in finals)} of them deleted by tombstones, "
+            f"{len(truth.bad)} bad records ({time.monotonic() - t0:.0f}s)"
+        )
+        if mode.grow:
+            prime_group(args.bootstrap, group, topic, mode.partitions)
+        run_args = ["-s", str(EPOCH_S)]
+        if mode.recovery:
+            recovery = logdir / "recovery"
+            recovery.mkdir()
+            subprocess.run(
+                [sys.executable, "-m", "bytewax.recovery", str(recovery), str(RECOVERY_PARTITIONS)],
+                check=True,
+                cwd=ROOT,
+            )
+            run_args = ["-r", str(recovery), "-s", str(EPOCH_S), "-b", "0"]
+        settings = base_settings(
+            bootstrap=args.bootstrap, es_url=proxy.url, topic=topic, group=group, index=index,
+            dlq=dlq,
+        )  # fmt: skip
+        settings.update(mode.settings)
+        settings["SHUTDOWN_TIMEOUT_S"] = f"{args.shutdown_timeout:g}"
+        settings.update(dict(item.split("=", 1) for item in args.settings))
+        monitor = Monitor(es, args.bootstrap, group, topic, index)
+        invariants = Invariants(
+            es=es, bootstrap=args.bootstrap, truth=truth, index=index, dlq_topic=dlq, group=group
+        )
+        ends: dict[int, int] = end_offsets(args.bootstrap, topic)
+        grower: Growth | None = None
+        if mode.grow:
+
+            def grow_now() -> int:
+                nonlocal truth, ends
+                add_partitions(args.bootstrap, topic, mode.partitions + GROW_ADD)
+                more = growth(recs, records - first, seed, mode.partitions, GROW_ADD)
+                extra = produce(
+                    args.bootstrap, topic, more, txn_share=args.txn_share, rng=rng,
+                    first_seq=len(recs), partitions=mode.partitions + GROW_ADD,
+                )  # fmt: skip
+                recs.extend(more)
+                produced.aborted.extend(extra.aborted)
+                produced.txn_records += extra.txn_records
+                produced.committed_txns += extra.committed_txns
+                produced.aborted_txns += extra.aborted_txns
+                truth = truths.build(topic, recs, deletes=mode.deletes)
+                invariants.truth = truth
+                ends = end_offsets(args.bootstrap, topic)
+                return len(more)
+
+            grower = Growth(
+                at_kill=max(args.kills // 2, 1), add=GROW_ADD, first_new=mode.partitions,
+                produce=grow_now,
+            )  # fmt: skip
+        strict = StrictWatch(truth, invariants) if mode.strict else None
+
+        def complete() -> bool:
+            got = monitor.committed_by_partition()
+            return all(got.get(p, 0) >= end for p, end in ends.items())
+
+        chaos = Chaos(
+            mode=mode.name,
+            layouts=args.layouts or list(mode.layouts),
+            kills=args.kills,
+            records=records,
+            run_args=run_args,
+            env=flow_env(settings),
+            logdir=logdir,
+            monitor=monitor,
+            invariants=invariants,
+            proxy=proxy,
+            epoch_s=EPOCH_S,
+            rng=random.Random(f"{seed}-{mode.name}-kills"),
+            deadline=deadline,
+            say=say,
+            complete=complete,
+            rate=args.rate,
+            stop_at_end=settings["KAFKA_STOP_AT_END"] == "true",
+            shutdown_timeout_s=args.shutdown_timeout,
+            forced=forced_plans(args.kills, args.outages, rng) if mode.outages else {},
+            strict=strict,
+            growth=grower,
+        )
+        try:
+            chaos.run()
+        except (HarnessTimeout, TooManyCrashes) as e:
+            say(f"[{mode.name}] stopped: {e}")
+        finally:
+            monitor.close()
+            invariants.close()
+        bounds: dict[int, tuple[int, int]] = {}
+        if mode.strict:
+            committed = invariants.capture().committed
+            for p, end in ends.items():
+                limit = truth.first_bad.get(p)
+                got = max(committed.get(p, 0), 0)
+                if limit is None:
+                    bounds[p] = (min(got, end), end)
+                else:
+                    bounds[p] = (limit, limit if dropped_after(truth, p) else truths.INFINITY)
+        expect = Expect(
+            versioned=mode.versioned,
+            routed=mode.routed,
+            strict=mode.strict,
+            bounds=bounds,
+            ends=ends,
+            aborted={(r.partition, r.offset): r for r in produced.aborted},
+        )
+        result = audit(
+            es=es, bootstrap=args.bootstrap, truth=truth, index=index, dlq_topic=dlq,
+            group=group, expect=expect,
+        )  # fmt: skip
+        for line in result.details + invariants.found.examples:
+            say(f"[{mode.name}] {line}")
+        if strict is not None:
+            for line in strict.stats.examples:
+                say(f"[{mode.name}] {line}")
+        stats = chaos.stats
+        if stats.kills < args.kills:
+            say(f"[{mode.name}] note: the backfill finished after {stats.kills} of {args.kills}")
+        return ModeResult(
+            stats,
+            result,
+            produced,
+            len(recs),
+            grower,
+            strict,
+            _passed(stats, result, grower, strict),
+        )
+    finally:
+        proxy.close()
+        if not args.keep:
+            cleanup(args.bootstrap, es, [topic, dlq], index, group, say)
+
+
+def _passed(
+    stats: ModeStats, result: AuditResult, grower: Growth | None, strict: StrictWatch | None
+) -> bool:
+    ok = (
+        result.ok
+        and stats.completed
+        and stats.crashes == 0
+        and stats.commit_ahead == stats.resume_ahead == 0
+        and stats.outage.hung == stats.outage.exit0 == 0
+    )
+    if grower is not None:
+        ok = ok and grower.done and grower.live
+    if strict is not None:
+        s = strict.stats
+        ok = ok and s.stops >= 2 and s.stop_wrong == s.stop_lost == s.past_bad == 0
+    return ok
