@@ -14,6 +14,12 @@ source:
 
 Workers of one process share this registry; a source partition and the processor that
 handles its records always run on the same worker.
+
+The processor also records here how far it has examined each partition (`EXAMINED`).
+Bytewax may snapshot a source partition in the same activation that emitted a batch,
+before the processor has seen it; a snapshot past a record not yet examined would let a
+crash in the next epoch resume past a failure the processor was about to hold. So a
+source never snapshots past what the processor has examined.
 """
 
 from __future__ import annotations
@@ -28,6 +34,16 @@ logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 HELD: dict[tuple[str, int], tuple[int, RecordFailedError]] = {}
 """`(topic, partition)` → (offset, error) of its first failed record. Read-only outside."""
+
+
+EXAMINED: dict[tuple[str, int], int] = {}
+"""`(topic, partition)` → the offset after the last record the processor has examined.
+The source sets it to its start offset; the processor advances it once per batch."""
+
+
+def start(topic: str, partition: int, offset: int) -> None:
+    """A source partition starts at `offset`: nothing after it has been examined yet."""
+    EXAMINED[(topic, partition)] = offset
 
 
 def hold(topic: str, partition: int, offset: int, error: RecordFailedError) -> None:
@@ -45,6 +61,7 @@ def held(topic: str, partition: int) -> tuple[int, RecordFailedError] | None:
 
 
 def clear() -> None:
-    """Forget every held failure (tests run many flows in one process)."""
+    """Forget every held failure and examined offset (tests run many flows in one process)."""
     with _lock:
         HELD.clear()
+        EXAMINED.clear()

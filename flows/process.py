@@ -6,7 +6,9 @@ bumped once per batch, and each document leaves as bytes already encoded for `_b
 grouped by sink partition so the exchange to the sink moves one item per partition.
 
 With ERRORS_TOLERANCE=none a failed record is held (`flows.halt`), not raised, so that a
-record before it that Elasticsearch refuses is the one the flow stops on.
+record before it that Elasticsearch refuses is the one the flow stops on. Each batch also
+records how far it examined each Kafka partition, so that a source snapshot never passes a
+record not examined yet (`flows.halt.EXAMINED`).
 """
 
 from __future__ import annotations
@@ -61,15 +63,31 @@ class Processor:
         run = policy.consecutive
         tolerate = policy.tolerate
         halted = bool(halt.HELD)
+        # A batch holds runs of records of one Kafka partition (Bytewax concatenates what
+        # the worker's source partitions emitted); at the end of each run, record how far
+        # that partition has been examined (see flows.halt). Per record this costs one
+        # comparison; the held check is made once per run, not per record.
+        examined = halt.EXAMINED
+        run_topic: Any = None
+        run_part = -1
+        offset = 0
+        stopped = False  # this run's partition has a held failure: nothing more from it
         for msg in cast(list[Any], batch):  # Message getters are typed Optional
-            if halted and (msg.topic(), msg.partition()) in halt.HELD:
+            t, p = msg.topic(), msg.partition()
+            if p != run_part or t != run_topic:
+                if run_topic is not None:
+                    examined[(run_topic, run_part)] = offset + 1
+                run_topic, run_part = t, p
+                stopped = halted and (t, p) in halt.HELD
+            offset = msg.offset()
+            if stopped:
                 continue  # after a held failure (ERRORS_TOLERANCE=none): nothing more
             ts_type, ts = msg.timestamp()
             headers = msg.headers()
             rec = Record(
-                msg.topic(),
-                msg.partition(),
-                msg.offset(),
+                t,
+                p,
+                offset,
                 None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts,
                 msg.key(),
                 msg.value(),
@@ -93,7 +111,7 @@ class Processor:
                 dead = DeadLetter.from_exception(rec, "deserialize", e, trace)
             except RecordFailedError as e:  # ON_NULL_VALUE=fail
                 halt.hold(rec.topic, rec.partition, rec.offset, e)
-                halted = True
+                halted = stopped = True
                 continue
             if dead is None and transforms:
                 try:
@@ -115,7 +133,7 @@ class Processor:
             if dead is not None:
                 if not tolerate:
                     halt.hold(rec.topic, rec.partition, rec.offset, policy.stop_error(dead))
-                    halted = True
+                    halted = stopped = True
                     continue
                 run += 1
                 policy.failed(dead, run)
@@ -134,6 +152,8 @@ class Processor:
                     chunk.append(action)
             ok += 1
             run = 0
+        if run_topic is not None:
+            examined[(run_topic, run_part)] = offset + 1
         metrics.RECORDS_IN.inc(len(batch))
         if skipped:
             metrics.SKIPPED.labels("dropped").inc(skipped)

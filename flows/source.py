@@ -7,6 +7,9 @@ run ahead of what is durable in Elasticsearch or the dead-letter topic. Bytewax 
 epoch e and commits it on its first `next_batch()` of epoch e+1: Bytewax calls that only
 once the whole dataflow (both sinks flush inside `snapshot()`) has finished epoch e.
 
+A snapshot never passes a record the processor has not examined yet (`flows.halt`), so
+the items of a `KafkaSource` must go through `flows.process.Processor`.
+
 The same rule orders a stop under ERRORS_TOLERANCE=none (`flows.halt`) and ends the flow
 cleanly: at the end offsets (KAFKA_STOP_AT_END) or after SIGTERM/SIGINT, a partition stops
 reading, waits until its last offset is committed that way, and only then raises
@@ -174,6 +177,9 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             topic, partition, self._next, origin, high,
         )  # fmt: skip
         self._lag = metrics.CONSUMER_LAG.labels(topic, str(partition))
+        # The offset after the last record emitted; the processor examines it later (F1).
+        self._emitted = self._next
+        halt.start(topic, partition, self._next)
 
     # -- Bytewax calls
 
@@ -203,7 +209,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                 good = [m for m in msgs if self._check(m)]
                 break
         if good:
-            self._next = cast(int, good[-1].offset()) + 1
+            self._next = self._emitted = cast(int, good[-1].offset()) + 1
         return good
 
     def next_awake(self) -> datetime | None:
@@ -211,19 +217,24 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         return self._awake
 
     def snapshot(self) -> int:
-        """The next offset to read; committed to the group once this epoch is durable."""
+        """The next offset to read, but never past a record the processor has not examined
+        yet; committed to the group once this epoch is durable."""
+        # Bytewax snapshots in the activation that emitted the last batch, before the
+        # processor sees it (flows.halt): until then, resume at that batch.
+        examined = halt.EXAMINED.get((self._topic, self._partition), self._emitted)
+        offset = self._next if examined >= self._emitted else examined
         held = halt.held(self._topic, self._partition)
         if held is not None:  # resume at the failed record, never past it
-            self._next = min(self._next, held[0])
+            offset = min(offset, held[0])
             self._held_snapshotted = True
-        if self._next != self._committed:
-            self._pending = self._next
+        if offset != self._committed:
+            self._pending = offset
         high = self._consumer.get_watermark_offsets(
             TopicPartition(self._topic, self._partition), cached=True
         )
         if high is not None and high[1] >= 0:
-            self._lag.set(max(high[1] - self._next, 0))
-        return self._next
+            self._lag.set(max(high[1] - offset, 0))
+        return offset
 
     def close(self) -> None:
         """Leave without committing: only next_batch commits, after the epoch is durable."""

@@ -231,6 +231,26 @@ def test_a_held_partition_emits_nothing_from_later_batches() -> None:
     assert held_error().where == "orders/5@3"
 
 
+def test_each_batch_records_how_far_it_examined_each_partition() -> None:
+    """Bytewax concatenates the batches of a worker's source partitions: every run of one
+    partition counts, including a held one (the source never snapshots past what this
+    recorded, flows.halt)."""
+    batch = [
+        good("a", 3),
+        msg(b"{}", b"b", offset=7, partition=1),
+        good("c", 4),
+        msg(b"{", offset=5),  # held: 5 and what follows are examined, not emitted
+        good("d", 6),
+        msg(b"{}", b"e", offset=8, partition=1),
+    ]
+    out = run(settings(), batch)
+    assert sorted(a.id or "" for a in all_actions(out)) == ["a", "b", "c", "e"]
+    assert halt.EXAMINED == {(TOPIC, 5): 7, (TOPIC, 1): 9}
+    assert held_error().where == "orders/5@5"
+    run(settings(), [good("late", 7)])
+    assert halt.EXAMINED[(TOPIC, 5)] == 8
+
+
 def test_only_the_first_failure_of_a_partition_is_held() -> None:
     run(settings(), [msg(b"{", offset=3)])
     run(settings(), [msg(b"[]", offset=2)])  # a replayed, earlier one is not in the batch

@@ -11,11 +11,15 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 from flows import halt, shutdown
 from flows.config import Settings
 from flows.errors import RecordFailedError
+from flows.process import Processor
 from flows.source import KafkaSourcePartition
 
 
 class FakeConsumer:
     """Serves scripted messages; async commits are answered on the next consume()."""
+
+    end = 3  # the log end the broker reports
+    group_offset = -1001  # the group's committed offset at start (none)
 
     def __init__(self, conf: dict[str, Any]) -> None:
         self.on_commit = conf["on_commit"]
@@ -23,16 +27,18 @@ class FakeConsumer:
         self.fail_next_async = False
         self.broker_committed: int | None = None
         self.answers: list[tuple[KafkaError | None, list[TopicPartition]]] = []
+        self.position_offset = -1001
 
     def get_watermark_offsets(self, tp: TopicPartition, **_: Any) -> tuple[int, int]:
-        return 0, 3
+        return 0, self.end
 
     def committed(self, tps: list[TopicPartition], **_: Any) -> list[TopicPartition]:
-        return [TopicPartition(tps[0].topic, tps[0].partition, -1001)]
+        return [TopicPartition(tps[0].topic, tps[0].partition, self.group_offset)]
 
     def assign(self, tps: list[TopicPartition]) -> None:
         self.messages = [
-            Message(topic=tps[0].topic, partition=0, offset=o, value=b"{}") for o in range(3)
+            Message(topic=tps[0].topic, partition=0, offset=o, value=b"{}")
+            for o in range(tps[0].offset, 3)
         ]
 
     def consume(self, n: int, timeout: float) -> list[Message]:
@@ -40,7 +46,14 @@ class FakeConsumer:
             self.on_commit(*answer)
         self.answers.clear()
         out, self.messages = self.messages[:n], self.messages[n:]
+        if out:
+            self.position_offset = out[-1].offset() + 1
+        elif self.position_offset >= 0:  # past what it never delivers (transaction markers)
+            self.position_offset = self.end
         return out
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tps[0].topic, tps[0].partition, self.position_offset)]
 
     def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> Any:
         tp = offsets[0]
@@ -59,22 +72,42 @@ class FakeConsumer:
         pass
 
 
+SETTINGS = {"KAFKA_TOPICS": "t"}
+
+
 @pytest.fixture
-def part(monkeypatch: pytest.MonkeyPatch) -> KafkaSourcePartition:
+def make(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`make(resume_offset, **env)`: a source partition of t/0 on a FakeConsumer."""
     monkeypatch.setattr("flows.source.Consumer", FakeConsumer)
     monkeypatch.setattr(halt, "HELD", {})
+    monkeypatch.setattr(halt, "EXAMINED", {})
     monkeypatch.setattr(shutdown, "_requested", type(shutdown._requested)())
-    settings = Settings.load({"KAFKA_TOPICS": "t"})
-    return KafkaSourcePartition(settings, "t", 0, None)
+
+    def build(resume_offset: int | None = None, **env: str) -> KafkaSourcePartition:
+        return KafkaSourcePartition(Settings.load({**SETTINGS, **env}), "t", 0, resume_offset)
+
+    return build
+
+
+@pytest.fixture
+def part(make: Any) -> KafkaSourcePartition:
+    return make()  # type: ignore[no-any-return]
+
+
+def read(part: KafkaSourcePartition) -> list[Message]:
+    """One `next_batch()` and the processor's pass over it, as the flow runs them."""
+    batch = part.next_batch()
+    Processor(Settings.load(SETTINGS), [], 1)(batch)
+    return batch
 
 
 def test_a_failed_async_commit_is_retried_and_the_final_commit_lands(part):
     consumer: FakeConsumer = part._consumer  # type: ignore[assignment]
-    assert len(part.next_batch()) == 3
+    assert len(read(part)) == 3
     assert part.snapshot() == 3
     consumer.fail_next_async = True
-    part.next_batch()  # commits 3 asynchronously; Kafka will refuse it
-    part.next_batch()  # the refusal is served here
+    read(part)  # commits 3 asynchronously; Kafka will refuse it
+    read(part)  # the refusal is served here
     assert consumer.broker_committed is None
     assert part.snapshot() == 3  # still not confirmed: queued again
     shutdown.request()
@@ -85,12 +118,44 @@ def test_a_failed_async_commit_is_retried_and_the_final_commit_lands(part):
 
 def test_commits_only_what_a_snapshot_named(part):
     consumer: FakeConsumer = part._consumer  # type: ignore[assignment]
-    part.next_batch()
-    part.next_batch()
+    read(part)
+    read(part)
     assert consumer.broker_committed is None  # read, but no epoch closed yet
     part.snapshot()
+    read(part)
+    assert consumer.broker_committed == 3
+
+
+def test_a_snapshot_never_passes_a_batch_the_processor_has_not_examined(part):
+    """Bytewax may snapshot in the activation that emitted a batch, before the processor
+    sees it (review F1): the snapshot, and the commit that follows it, stay before it."""
+    consumer: FakeConsumer = part._consumer  # type: ignore[assignment]
+    batch = part.next_batch()
+    assert len(batch) == 3
+    assert part.snapshot() == 0  # not examined yet
+    part.next_batch()
+    assert consumer.broker_committed == 0
+    Processor(Settings.load(SETTINGS), [], 1)(batch)
+    assert part.snapshot() == 3
     part.next_batch()
     assert consumer.broker_committed == 3
+
+
+def test_a_failure_in_a_batch_snapshotted_before_it_was_examined_is_resumed_at(part):
+    """The batch 0..2 with a bad record at 1 is snapshotted before the processor sees it:
+    the snapshot stays at 0 (a crash now resumes before the failure, not past it), then at
+    the failed record once it is held."""
+    consumer: FakeConsumer = part._consumer  # type: ignore[assignment]
+    consumer.messages[1] = Message(topic="t", partition=0, offset=1, value=b'{"n": ')
+    batch = part.next_batch()
+    assert part.snapshot() == 0
+    part.next_batch()
+    Processor(Settings.load(SETTINGS), [], 1)(batch)
+    assert halt.held("t", 0) is not None
+    assert part.snapshot() == 1
+    with pytest.raises(RecordFailedError, match="t/0@1"):
+        part.next_batch()
+    assert consumer.broker_committed == 0
 
 
 # ------------------------------------------------------- ERRORS_TOLERANCE=none (flows.halt)
@@ -105,6 +170,7 @@ def test_a_held_failure_is_raised_only_after_the_next_snapshot(part):
     assert len(part.next_batch()) == 2
     error = RecordFailedError("t/0@1", "deserialize", "bad")
     halt.hold("t", 0, 1, error)
+    halt.EXAMINED[("t", 0)] = 2
     consumer.messages = [Message(topic="t", partition=0, offset=2, value=b"{}")]
     assert part.next_batch() == []  # the epoch goes on: records before 1 are being written
     assert part.snapshot() == 1
@@ -117,7 +183,7 @@ def test_a_held_failure_is_raised_only_after_the_next_snapshot(part):
 
 def test_a_held_failure_in_another_partition_does_not_stop_this_one(part):
     halt.hold("t", 1, 0, RecordFailedError("t/1@0", "deserialize", "bad"))
-    assert len(part.next_batch()) == 3
+    assert len(read(part)) == 3
     assert part.snapshot() == 3
     part.next_batch()
     assert part._consumer.broker_committed == 3  # type: ignore[attr-defined]
