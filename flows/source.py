@@ -13,7 +13,10 @@ the items of a `KafkaSource` must go through `flows.process.Processor`.
 The same rule orders a stop under ERRORS_TOLERANCE=none (`flows.halt`) and ends the flow
 cleanly: at the end offsets (KAFKA_STOP_AT_END) or after SIGTERM/SIGINT, a partition stops
 reading, waits until its last offset is committed that way, and only then raises
-StopIteration.
+StopIteration. The end offset is the one the consumer's isolation level sees at start
+(the last stable offset under librdkafka's default `read_committed`), and the consumer's
+position, not the last record read, says when it is reached: transaction markers and
+aborted records occupy offsets that are never delivered.
 """
 
 from __future__ import annotations
@@ -200,6 +203,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             return []
         msgs = self._consumer.consume(self._batch_size, 0)
         if not msgs:
+            self._skip_control_records()
             self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
         self._awake = None
@@ -244,6 +248,15 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
 
     def _finishing(self) -> bool:
         return shutdown.requested() or (self._stop_at_end and self._next >= self._end)
+
+    def _skip_control_records(self) -> None:
+        """Transaction markers and aborted records occupy offsets the consumer never returns,
+        so the last record read can end before the log end (KAFKA_STOP_AT_END would never
+        finish, the group would lag by one): the consumer's position moves past them."""
+        tp = TopicPartition(self._topic, self._partition)
+        position = cast(int, self._consumer.position([tp])[0].offset)
+        if position > self._next:
+            self._next = position
 
     def _commit(self, offset: int, final: bool) -> None:
         """Commit `offset`; `_committed` moves only when Kafka confirms (`_on_commit`), so a

@@ -158,6 +158,24 @@ def test_a_failure_in_a_batch_snapshotted_before_it_was_examined_is_resumed_at(p
     assert consumer.broker_committed == 0
 
 
+def test_stop_at_end_finishes_past_offsets_never_delivered(make):
+    """The log ends with a transaction marker at offset 3: the consumer returns 0..2 and
+    its position moves to 4 (review F9)."""
+    FakeConsumer.end = 4
+    try:
+        part = make(KAFKA_STOP_AT_END="true")
+        consumer: FakeConsumer = part._consumer
+        assert len(read(part)) == 3
+        for _ in range(3):  # an epoch: idle reads, then the snapshot
+            assert read(part) == []
+        assert part.snapshot() == 4
+        with pytest.raises(StopIteration):
+            part.next_batch()  # the final commit, then the end
+        assert consumer.broker_committed == 4
+    finally:
+        FakeConsumer.end = 3
+
+
 # ------------------------------------------------------- ERRORS_TOLERANCE=none (flows.halt)
 
 
