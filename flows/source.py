@@ -292,14 +292,16 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._confirm(partitions)
 
     def _confirm(self, partitions: list[TopicPartition]) -> None:
-        """Advance `_committed` to what Kafka confirmed for this partition."""
+        """Set `_committed` to what Kafka confirmed for this partition, even below the
+        group's previous offset (a recovery snapshot behind the group): only this consumer
+        commits the partition, and Kafka answers its commits in order."""
         for tp in partitions:
             if tp.topic != self._topic or tp.partition != self._partition:
                 continue
             if tp.error is not None:
                 logger.warning("source %s/%d: offset commit failed (retried next epoch): %s",
                                self._topic, self._partition, tp.error)  # fmt: skip
-            elif self._committed is None or tp.offset > self._committed:
+            else:
                 self._committed = tp.offset
 
     def _check(self, msg: Message) -> bool:

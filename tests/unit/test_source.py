@@ -176,6 +176,23 @@ def test_stop_at_end_finishes_past_offsets_never_delivered(make):
         FakeConsumer.end = 3
 
 
+def test_a_final_commit_below_the_group_offset_is_confirmed(make):
+    """Resuming from a recovery snapshot (0) behind the group's offset (10): Kafka confirms
+    the lower commits, and the graceful stop ends at once (review F12)."""
+    FakeConsumer.group_offset = 10
+    try:
+        part = make(0)
+        consumer: FakeConsumer = part._consumer
+        assert len(read(part)) == 3
+        assert part.snapshot() == 3
+        shutdown.request()
+        with pytest.raises(StopIteration):
+            part.next_batch()
+        assert consumer.broker_committed == 3
+    finally:
+        FakeConsumer.group_offset = -1001
+
+
 # ------------------------------------------------------- ERRORS_TOLERANCE=none (flows.halt)
 
 
