@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -66,8 +67,15 @@ class KafkaSource(FixedPartitionedSource[Message, int]):
 
 
 def find_topics(settings: Settings) -> dict[str, list[int]]:
-    """The partitions of KAFKA_TOPICS or KAFKA_TOPICS_REGEX; ConfigError if none or missing."""
+    """The partitions of KAFKA_TOPICS or KAFKA_TOPICS_REGEX; ConfigError if none or missing,
+    or if DLQ_TOPIC is missing or among them (the flow would read its own dead letters)."""
     s = settings
+    if s.dlq_topic and not s.topics_regex and s.dlq_topic in s.topics:
+        msg = (
+            f"KAFKA_TOPICS: contains DLQ_TOPIC {s.dlq_topic}; the flow would read its own "
+            "dead letters again and again"
+        )
+        raise ConfigError(msg)
     auth_errors: list[KafkaError] = []
 
     def on_error(err: KafkaError) -> None:
@@ -94,11 +102,24 @@ def find_topics(settings: Settings) -> dict[str, list[int]]:
             if time.monotonic() > deadline:
                 msg = f"KAFKA_BOOTSTRAP_SERVERS: cannot reach Kafka at {s.bootstrap_servers}: {e}"
                 raise ConfigError(msg) from None
+    if s.dlq_topic and s.dlq_topic not in meta.topics:
+        msg = (
+            f"DLQ_TOPIC: no topic {s.dlq_topic} on {s.bootstrap_servers}; create it (the "
+            "first dead letter would otherwise stall the flow)"
+        )
+        raise ConfigError(msg)
     if s.topics_regex:
         pattern = re.compile(s.topics_regex)
-        topics = sorted(t for t in meta.topics if pattern.fullmatch(t))
+        matched = sorted(t for t in meta.topics if pattern.fullmatch(t))
+        # Never the dead-letter topic (each dead letter would fail and be dead-lettered
+        # again, forever) nor Kafka's internal topics (__consumer_offsets, ...).
+        excluded = [t for t in matched if t == s.dlq_topic or t.startswith("__")]
+        topics = [t for t in matched if t not in excluded]
+        _log_excluded(excluded)
         if not topics:
             msg = f"KAFKA_TOPICS_REGEX: no topic matches {s.topics_regex!r}"
+            if excluded:
+                msg += f" but {', '.join(excluded)} (dead-letter or internal, never read)"
             raise ConfigError(msg)
     else:
         missing = [t for t in s.topics if t not in meta.topics]
@@ -107,6 +128,22 @@ def find_topics(settings: Settings) -> dict[str, list[int]]:
             raise ConfigError(msg)
         topics = list(s.topics)
     return {t: sorted(meta.topics[t].partitions) for t in topics}
+
+
+_excluded_lock = threading.Lock()
+_excluded_logged: set[str] = set()
+
+
+def _log_excluded(topics: list[str]) -> None:
+    """Log each topic the regex matched but the flow does not read, once per process."""
+    with _excluded_lock:
+        new = [t for t in topics if t not in _excluded_logged]
+        _excluded_logged.update(new)
+    if new:
+        logger.info(
+            "KAFKA_TOPICS_REGEX: not reading %s (the dead-letter topic or internal topics)",
+            ", ".join(new),
+        )
 
 
 def kafka_config_error(exc: KafkaException) -> ConfigError:

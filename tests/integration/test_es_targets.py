@@ -69,12 +69,14 @@ def test_metrics_are_served_while_the_flow_runs(services, es, names, tmp_path):
     create_topic(services.kafka, topic)
     produce(services.kafka, topic, [(f"k{i}".encode(), orjson.dumps({"i": i})) for i in range(300)])
     produce(services.kafka, topic, [(b"bad", b"[1, 2]")])
+    dlq = names("dlq")
+    create_topic(services.kafka, dlq)  # the flow refuses a missing DLQ_TOPIC at start
     env = {
         "KAFKA_TOPICS": topic,
         "KAFKA_GROUP_ID": topic,
         "KAFKA_STOP_AT_END": "false",
         "ERRORS_TOLERANCE": "all",
-        "DLQ_TOPIC": names("dlq"),
+        "DLQ_TOPIC": dlq,
         "BYTEWAX_DATAFLOW_API_ENABLED": "true",
         "BYTEWAX_DATAFLOW_API_PORT": "3391",
     }

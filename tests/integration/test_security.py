@@ -170,6 +170,7 @@ def _run_and_scan(
     `secrets` are configured in the flow and planted in records; `also_scan` are secret too
     but unknown to the flow (so not planted), and must not appear either."""
     topic, dlq = _name("src"), _name("dlq")
+    create_topic(stack.plain_kafka, dlq)  # the flow refuses a missing DLQ_TOPIC at start
     admin = stack.es()
     # `n` is numeric, so a record with a secret string in `n` is rejected at index time.
     admin.indices.create(
