@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -19,20 +21,42 @@ class RunArgs:
     workers_per_process: int
     processes: int
     recovery: bool
+    recovery_dir: Path | None = None
+    """The recovery directory (`-r`), whose partitions Bytewax resumes from."""
 
 
 def run_args() -> RunArgs:
     """The current run's layout (1 worker, 1 process, no recovery when unknown)."""
-    parsed = getattr(sys.modules.get("__main__"), "kwargs", None)
-    if isinstance(parsed, dict) and "workers_per_process" in parsed:
+    parsed = _bytewax_run_kwargs()
+    if parsed is not None:
+        recovery = parsed.get("recovery_config")
+        db_dir = getattr(recovery, "db_dir", None) if recovery is not None else None
         return RunArgs(
             workers_per_process=parsed.get("workers_per_process") or 1,
             processes=len(parsed.get("addresses") or [None]),
-            recovery=parsed.get("recovery_config") is not None,
+            recovery=recovery is not None,
+            recovery_dir=Path(db_dir) if db_dir is not None else None,
         )
     env = os.environ
+    directory = env.get("BYTEWAX_RECOVERY_DIRECTORY")
     return RunArgs(
         workers_per_process=int(env.get("BYTEWAX_WORKERS_PER_PROCESS") or 1),
         processes=len((env.get("BYTEWAX_ADDRESSES") or "x").split(";")),
-        recovery=bool(env.get("BYTEWAX_RECOVERY_DIRECTORY")),
+        recovery=bool(directory),
+        recovery_dir=Path(directory) if directory else None,
     )
+
+
+def restart_argv() -> list[str] | None:
+    """The command line that started this process, when it is `python -m bytewax.run ...`
+    (so executing it again runs the same flow the same way); None when embedded."""
+    if _bytewax_run_kwargs() is None or not getattr(sys, "orig_argv", None):
+        return None
+    return list(sys.orig_argv)
+
+
+def _bytewax_run_kwargs() -> dict[str, Any] | None:
+    parsed = getattr(sys.modules.get("__main__"), "kwargs", None)
+    if isinstance(parsed, dict) and "workers_per_process" in parsed:
+        return parsed
+    return None

@@ -192,8 +192,11 @@ class DeadLetterSink(FixedPartitionedSink[DeadLetter, None]):
         self._partitions = partitions
 
     def list_parts(self) -> list[str]:
-        """`dlq-0000` ...: the same count as the Elasticsearch sink."""
-        return [f"dlq-{i:04d}" for i in range(self._partitions)]
+        """`dlq-0000` ...: the same count as the Elasticsearch sink, then any further `dlq-`
+        partition a recovery store holds (see ElasticsearchSink.list_parts)."""
+        from flows.recovery_store import sink_parts
+
+        return sink_parts("dlq", self._partitions)
 
     def part_fn(self, item_key: str) -> int:
         """Items are keyed by a partition number already."""

@@ -74,8 +74,12 @@ class ElasticsearchSink(FixedPartitionedSink[Chunk, None]):
         self._partitions = partitions
 
     def list_parts(self) -> list[str]:
-        """`es-0000` ... in an order that matches the partition numbers."""
-        return [f"es-{i:04d}" for i in range(self._partitions)]
+        """`es-0000` ... in an order that matches the partition numbers, then any further
+        `es-` partition a recovery store holds (an earlier run had more): Bytewax cannot
+        resume a stored key nobody lists; items never go there."""
+        from flows.recovery_store import sink_parts
+
+        return sink_parts("es", self._partitions)
 
     def part_fn(self, item_key: str) -> int:
         """Items are keyed by their partition number (hash of the document id)."""
