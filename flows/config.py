@@ -68,6 +68,8 @@ class Settings:
     auto_offset_reset: str = "earliest"
     stop_at_end: bool = False
     consume_batch_size: int = 1000
+    kafka_metadata_refresh_s: float = 30.0
+    """Seconds between checks for new partitions/topics (restart to read them); 0: off."""
     kafka_config: Mapping[str, str] = field(default_factory=dict, repr=False)
     # -- decode
     value_format: str = "json"
@@ -192,6 +194,7 @@ _SENSITIVE = re.compile(
 _ENV_NAMES = {
     "KAFKA_TOPICS", "KAFKA_TOPICS_REGEX", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_GROUP_ID",
     "KAFKA_AUTO_OFFSET_RESET", "KAFKA_STOP_AT_END", "KAFKA_CONSUME_BATCH_SIZE",
+    "KAFKA_METADATA_REFRESH_S",
     "VALUE_FORMAT", "KEY_FORMAT", "VALUE_FIELD", "SCHEMA_REGISTRY_URL", "TRANSFORMS",
     "DLQ_TOPIC", "ERRORS_TOLERANCE", "DLQ_STACKTRACE", "DLQ_MAX_CONSECUTIVE", "DLQ_MAX_RATIO",
     "DLQ_RATIO_MIN_RECORDS", "ON_NULL_VALUE", "ON_NULL_KEY",
@@ -487,6 +490,7 @@ def _parse(raw: Mapping[str, Any]) -> Settings:
         auto_offset_reset=r.choice("KAFKA_AUTO_OFFSET_RESET", "earliest", ("earliest", "latest")),
         stop_at_end=r.flag("KAFKA_STOP_AT_END", False),
         consume_batch_size=r.integer("KAFKA_CONSUME_BATCH_SIZE", 1000, minimum=1),
+        kafka_metadata_refresh_s=r.number("KAFKA_METADATA_REFRESH_S", 30.0),
         kafka_config=kafka_config,
         value_format=value_format,
         key_format=key_format,

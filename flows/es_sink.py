@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from flows import collector, shutdown
+from flows import collector, discovery, shutdown
 from flows.config import Settings
 from flows.errors import ConfigError
 from flows.pipeline import build_flow
@@ -29,7 +29,8 @@ try:
     flow = build_flow(_settings)
     # This module is the app's entry point, so it may ask Kafka before Bytewax starts: a
     # missing topic or an unreachable broker is then one clear line, not a worker panic.
-    find_topics(_settings)
+    # VERSION=offset on a topic that got partitions or was recreated: refused here too.
+    discovery.check_offsets_comparable(_settings, find_topics(_settings))
     check_credentials(_settings)
 except ConfigError as _e:
     sys.exit(f"es_sink: configuration error: {_e}")

@@ -33,7 +33,7 @@ from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from flows import halt, metrics, shutdown
+from flows import discovery, halt, metrics, shutdown
 from flows.config import Settings
 from flows.errors import ConfigError, PipelineError
 from flows.runtime import run_args
@@ -55,14 +55,23 @@ class KafkaSource(FixedPartitionedSource[Message, int]):
         self._settings = settings  # no I/O here: this object is part of the flow description
 
     def list_parts(self) -> list[str]:
-        """Ask the broker for the partitions of the configured topics."""
-        return [f"{t}{_SEP}{p}" for t, parts in find_topics(self._settings).items() for p in parts]
+        """Ask the broker for the partitions of the configured topics, plus those a recovery
+        store holds that this run does not read (Bytewax cannot resume a stored key nobody
+        lists: they become retired partitions). Starts this process's metadata watcher."""
+        found = find_topics(self._settings)
+        discovery.check_offsets_comparable(self._settings, found)
+        discovery.watch(self._settings, found)
+        live = [f"{t}{_SEP}{p}" for t, parts in found.items() for p in parts]
+        return live + discovery.retired_keys(live)
 
     def build_part(
         self, step_id: str, for_part: str, resume_state: int | None
-    ) -> KafkaSourcePartition:
+    ) -> StatefulSourcePartition[Message, int]:
         """Open a consumer for one partition, positioned per recovery state or group offset."""
         topic, _, partition = for_part.rpartition(_SEP)
+        why = discovery.retired_reason(self._settings, topic, int(partition))
+        if why is not None:
+            return discovery.RetiredPartition(for_part, resume_state, why)
         return KafkaSourcePartition(self._settings, topic, int(partition), resume_state)
 
 
@@ -189,6 +198,14 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._committed: int | None = committed if committed >= 0 else None
         if resume_offset is not None:
             start, origin = resume_offset, "recovery snapshot"
+            if settings.version == "offset" and resume_offset > high:
+                msg = (
+                    f"VERSION: topic {topic} partition {partition}: the recovery snapshot's "
+                    f"offset {resume_offset} is above the log end {high} (the topic was "
+                    "recreated or truncated?); its new offsets would lose to the versions "
+                    "already indexed: use VERSION=none or VERSION=header:<name>"
+                )
+                raise ConfigError(msg)
         elif self._committed is not None:
             start, origin = self._committed, f"group {settings.group_id} committed offset"
             if run_args().recovery:
@@ -197,6 +214,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                     "set (new or replaced directory?); resuming from the %s %d",
                     topic, partition, origin, start,
                 )  # fmt: skip
+        elif settings.auto_offset_reset == "latest" and (
+            why := discovery.earliest_reason(self._consumer, settings, topic, partition)
+        ):
+            start, origin = low, f"earliest, not auto.offset.reset=latest: {why}"
         else:
             reset = low if settings.auto_offset_reset == "earliest" else high
             start, origin = reset, f"auto.offset.reset={settings.auto_offset_reset}"
