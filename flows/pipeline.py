@@ -60,6 +60,9 @@ def build_flow(
 
 
 def default_partitions() -> int:
-    """At least the total worker count of this run, and at least MIN_PARTITIONS."""
+    """At least the total worker count of this run, and at least MIN_PARTITIONS.
+
+    The count may change between runs: a recovery store written with more partitions still
+    resumes, as the sinks also list the extra ones it holds (`flows.recovery_store`)."""
     args = run_args()
     return max(MIN_PARTITIONS, args.workers_per_process * args.processes)
