@@ -152,7 +152,7 @@ def _watch(settings: Settings, ex: _Execution) -> None:
             seen[topic] = sorted(set(seen.get(topic, ())) | set(parts))
         try:
             live = find_topics(settings)
-        except (ConfigError, KafkaException) as e:
+        except Exception as e:  # a broker away must not end the watching
             if str(e) != last_error:
                 logger.warning("KAFKA_METADATA_REFRESH_S: cannot list the topics: %s", e)
                 last_error = str(e)

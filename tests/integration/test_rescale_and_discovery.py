@@ -228,6 +228,38 @@ def test_partition_added_while_running_is_read_without_a_restart_by_hand(
     assert committed_offsets(services.kafka, topic, topic) == {0: 20, 1: 10}
 
 
+def test_every_process_of_a_cluster_restarts_for_a_new_partition(services, es, names, tmp_path):
+    topic = names("growcluster")
+    create_topic(services.kafka, topic, partitions=2)
+    env = _live({"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": topic})
+    addresses = ";".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+    logs = [tmp_path / f"p{i}.log" for i in range(2)]
+    procs = [
+        start_flow(services, env, "-i", str(i), "-a", addresses, log=logs[i]) for i in range(2)
+    ]
+    try:
+        wait_for(lambda: sum(_started(log, 1) for log in logs) == 2, 60, "both processes")
+        produce(services.kafka, topic, _records("a", 20))
+        wait_for(lambda: count_docs(es, topic) == 20, 60, "the first 20 documents")
+
+        _add_partitions(services.kafka, topic, 3)
+        produce(services.kafka, topic, _records("b", 10), partition=2)
+        wait_for(lambda: count_docs(es, topic) == 30, 120, "the records of the new partition")
+        for proc, log in zip(procs, logs, strict=True):
+            assert proc.poll() is None, log.read_text()
+            assert "restarting the flow with the same command line" in log.read_text()
+
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc, log in zip(procs, logs, strict=True):
+            assert proc.wait(90) == 0, log.read_text()
+    finally:
+        for proc in procs:
+            _kill(proc)
+    assert sum(committed_offsets(services.kafka, topic, topic).values()) == 30
+    assert committed_offsets(services.kafka, topic, topic)[2] == 10
+
+
 def test_topic_matching_the_regex_created_while_running_is_read(services, es, names, tmp_path):
     first = names("rx")
     create_topic(services.kafka, first)
