@@ -3,15 +3,41 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 from elasticsearch import Elasticsearch
 from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 
 from flows.config import Settings
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
-@functools.cache
+
+def locked_cache(make: Callable[[K], V]) -> Callable[[K], V]:
+    """`functools.cache` for per-process resources whose first calls may race (worker threads
+    build their first sink partitions at once): one lock serializes the first call per key,
+    so every caller gets the same object; later calls are a dict lookup without the lock."""
+    made: dict[K, V] = {}
+    lock = threading.Lock()
+
+    @functools.wraps(make)
+    def get(key: K) -> V:
+        try:
+            return made[key]
+        except KeyError:
+            pass
+        with lock:
+            if key not in made:
+                made[key] = make(key)
+            return made[key]
+
+    return get
+
+
+@locked_cache
 def shared_client(settings: Settings) -> Elasticsearch:
     """One client per process and settings: its connection pool is thread-safe, so every
     sink partition of every worker thread shares it."""
