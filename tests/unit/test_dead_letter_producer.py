@@ -1,14 +1,17 @@
-"""DeadLetterProducer's handling of records too large for the dead-letter topic, with a
-fake producer for fault injection only."""
+"""DeadLetterProducer's handling of records too large for the dead-letter topic and of
+transient failures, with fake producers for fault injection only."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from flows.config import Settings
+from flows.errors import DeadLetterDeliveryError
 from flows.record import DeadLetter, Record
+from sinks import failing
 from sinks.dead_letter import VALUE_OMITTED_HEADER, DeadLetterProducer
 
 
@@ -65,21 +68,125 @@ def test_a_record_too_large_for_any_producer_is_sent_without_its_value(monkeypat
     assert sent[b"k"]["headers"]["__connect.errors.offset"] == b"7"
 
 
-def test_a_record_the_topic_refuses_is_retried_with_its_value_until_accepted(monkeypatch):
+class BatchLimitProducer(FakeProducer):
+    """Like a broker whose topic has a max.message.bytes of `limit`: a request (what was
+    produced since the last flush) over it is refused whole, in the delivery reports."""
+
+    def __init__(self, conf: dict[str, Any], limit: int = 100) -> None:
+        super().__init__(conf, limit=limit, local=False)
+        self.queued: list[tuple[Any, dict[str, Any]]] = []
+        self.requests: list[list[bytes | None]] = []
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, headers: Any,
+                on_delivery: Any) -> None:  # fmt: skip
+        self.queued.append((on_delivery, {"value": value, "key": key, "headers": dict(headers)}))
+
+    def flush(self, timeout: float) -> int:
+        if self.queued:
+            self.requests.append([m["value"] for _, m in self.queued])
+        size = sum(len(m["value"] or b"") for _, m in self.queued)
+        err = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if size > self.limit else None
+        for cb, m in self.queued:
+            if err is None:
+                self.sent.append(m)
+            cb(err, None)
+        self.queued.clear()
+        return 0
+
+
+def _batch_producer(monkeypatch, fake: list[FakeProducer], **env: str) -> DeadLetterProducer:
+    monkeypatch.setattr(
+        "sinks.dead_letter.Producer",
+        lambda conf: fake.append(BatchLimitProducer(conf)) or fake[-1],
+    )
+    monkeypatch.setattr("sinks.dead_letter.time.sleep", lambda s: None)
+    monkeypatch.setattr(DeadLetterProducer, "_topic_limit", lambda self: "100", raising=False)
+    return DeadLetterProducer(Settings.load({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq", **env}))
+
+
+def _letter(offset: int, size: int) -> DeadLetter:
+    return DeadLetter(Record("t", 2, offset, None, b"k", b"v" * size), "index", "E", "refused")
+
+
+@pytest.fixture(autouse=True)
+def _not_failing() -> Any:
+    failing.clear()
+    yield
+    failing.clear()
+
+
+def test_a_record_the_topic_refuses_as_too_large_stops_the_flow_naming_the_limit(monkeypatch):
+    """Design weakness 3: retried forever before; now one line, and nothing committed."""
     fake: list[FakeProducer] = []
-    producer = _producer(monkeypatch, fake, local=False)
-    attempts = 0
-    flush = FakeProducer.flush
+    producer = _batch_producer(monkeypatch, fake)
+    with pytest.raises(DeadLetterDeliveryError) as info:
+        producer.send([_letter(7, 500)])
+    msg = str(info.value)
+    assert msg.startswith("DLQ_TOPIC: topic dlq refused the dead letter of t/2@7 (")
+    assert "max.message.bytes (100): raise max.message.bytes on the topic" in msg
+    assert "nothing past this record is committed" in msg
+    assert len(fake[0].requests) == 1  # not retried
+    assert fake[0].sent == []
+    assert failing.failing()  # close() of every sink partition now sends nothing
 
-    def raise_limit_later(self: FakeProducer, timeout: float) -> int:
-        nonlocal attempts
-        attempts += 1
-        if attempts == 3:  # the operator raised the topic's max.message.bytes
-            self.limit = 10_000
-        return flush(self, timeout)
 
-    monkeypatch.setattr(FakeProducer, "flush", raise_limit_later)
-    producer.send([BIG])
+def test_a_batch_the_topic_refuses_is_sent_again_one_record_at_a_time(monkeypatch):
+    """Each record fits the topic's limit alone: only their batch did not."""
+    fake: list[FakeProducer] = []
+    letters = [_letter(1, 60), _letter(2, 60), _letter(3, 60)]
+    _batch_producer(monkeypatch, fake).send(letters)
+    assert [len(r) for r in fake[0].requests] == [3, 1, 1, 1]
+    assert [m["value"] for m in fake[0].sent] == [dl.record.value for dl in letters]
+    assert not failing.failing()
 
-    assert [m["value"] for m in fake[0].sent] == [BIG.record.value]
-    assert VALUE_OMITTED_HEADER not in fake[0].sent[0]["headers"]
+
+def test_the_culprit_of_a_refused_batch_stops_the_flow(monkeypatch):
+    fake: list[FakeProducer] = []
+    producer = _batch_producer(monkeypatch, fake)
+    with pytest.raises(DeadLetterDeliveryError, match="t/2@2 "):
+        producer.send([_letter(1, 60), _letter(2, 500), _letter(3, 60)])
+    assert [m["value"] for m in fake[0].sent] == [b"v" * 60]  # the one before it
+
+
+class FlakyProducer(FakeProducer):
+    """Every delivery fails with a transient broker error."""
+
+    def flush(self, timeout: float) -> int:
+        for cb, _err in self.reports:
+            cb(KafkaError(KafkaError.NOT_ENOUGH_REPLICAS), None)
+        self.reports.clear()
+        return 0
+
+
+def test_dlq_retry_budget_s_bounds_transient_retries(monkeypatch):
+    fake: list[FakeProducer] = []
+    monkeypatch.setattr(
+        "sinks.dead_letter.Producer", lambda conf: fake.append(FlakyProducer(conf)) or fake[-1]
+    )
+    clock = [0.0]
+    monkeypatch.setattr(
+        "sinks.dead_letter.time.sleep", lambda s: clock.__setitem__(0, clock[0] + s)
+    )
+    monkeypatch.setattr("sinks.dead_letter.time.monotonic", lambda: clock[0])
+    env = {
+        "KAFKA_TOPICS": "t",
+        "DLQ_TOPIC": "dlq",
+        "DLQ_RETRY_BUDGET_S": "5",
+        "ES_RETRY_BUDGET_S": "0",
+    }
+    producer = DeadLetterProducer(Settings.load(env))
+    with pytest.raises(DeadLetterDeliveryError, match=r"for over DLQ_RETRY_BUDGET_S=5\.0s"):
+        producer.send([SMALL])
+    assert 5 < clock[0] < 5 + 10.0  # gave up within one backoff of the budget
+    assert failing.failing()
+
+
+def test_transient_retries_stop_once_the_flow_is_failing(monkeypatch):
+    fake: list[FakeProducer] = []
+    monkeypatch.setattr(
+        "sinks.dead_letter.Producer", lambda conf: fake.append(FlakyProducer(conf)) or fake[-1]
+    )
+    monkeypatch.setattr("sinks.dead_letter.time.sleep", lambda s: failing.mark())
+    producer = DeadLetterProducer(Settings.load({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq"}))
+    with pytest.raises(DeadLetterDeliveryError, match="the flow is stopping"):
+        producer.send([SMALL])
