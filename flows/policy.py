@@ -10,11 +10,17 @@ a broken deploy does not pour a whole topic into the dead-letter topic.
 Callers keep the run of consecutive failures in a local variable while they walk a batch
 (starting from `consecutive`, reset to 0 on each success), call `failed()` for each
 failure and `end_batch()` once: the per-record cost is an integer update.
+
+One policy may be shared by the worker threads of a process (the processor's is):
+`end_batch()` updates the counters under a lock, once per batch, and a batch that only
+continued the run it read from `consecutive` adds its failures to the run as it stands
+then, so concurrent batches do not overwrite each other's failures.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 
 from flows.config import Settings, redact
 from flows.errors import DeadLetterLimitError, RecordFailedError
@@ -33,10 +39,18 @@ class ErrorPolicy:
         self.min_records = settings.dlq_ratio_min_records
         self.where = where
         self.secrets = settings.secrets()
-        self.consecutive = 0
-        """Failures in a row at the end of the last batch (the run continues across batches)."""
+        self._consecutive = 0
         self.seen = 0
         self.failed_total = 0
+        self._lock = threading.Lock()
+        self._read = threading.local()  # the run each thread's batch started from
+
+    @property
+    def consecutive(self) -> int:
+        """Failures in a row at the end of the last batch (the run continues across batches)."""
+        value = self._consecutive
+        self._read.run = value
+        return value
 
     def failed(self, dl: DeadLetter, run: int) -> None:
         """One failure, the `run`-th in a row; raise to stop the flow."""
@@ -58,15 +72,27 @@ class ErrorPolicy:
         )
 
     def end_batch(self, ok: int, failed: int, run: int, last: DeadLetter | None = None) -> None:
-        """Account a batch; `run` is the failure run it ended with. Raise on a ratio breach."""
-        self.consecutive = run
-        self.seen += ok + failed
-        self.failed_total += failed
-        if failed and self.max_ratio and self.seen >= self.min_records:
-            ratio = self.failed_total / self.seen
+        """Account a batch; `run` is the failure run it ended with. Raise on a ratio breach.
+
+        A batch that only continued the run it read from `consecutive` (no success, `run`
+        = that run + its failures) extends the run as it stands now, which another thread's
+        batch may have moved since.
+        """
+        started = getattr(self._read, "run", None)
+        self._read.run = None
+        with self._lock:
+            if ok == 0 and started is not None and run == started + failed:
+                self._consecutive += failed
+            else:
+                self._consecutive = run
+            self.seen += ok + failed
+            self.failed_total += failed
+            seen, failed_total = self.seen, self.failed_total
+        if failed and self.max_ratio and seen >= self.min_records:
+            ratio = failed_total / seen
             if ratio > self.max_ratio and last is not None:
                 self._trip(
-                    f"{self.failed_total} of {self.seen} records failed "
+                    f"{failed_total} of {seen} records failed "
                     f"({ratio:.1%} > DLQ_MAX_RATIO={self.max_ratio})",
                     last,
                 )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import sys
+import threading
 from collections.abc import Sequence
 
 import pytest
@@ -399,3 +401,65 @@ def test_policy_error_pickles_with_its_message() -> None:
     back = pickle.loads(pickle.dumps(info.value))
     assert str(back) == str(info.value)
     assert "orders/3@9" in str(back)
+
+
+# ------------------------------------------- one policy shared by worker threads (F13)
+
+
+def test_concurrent_batches_of_failures_extend_one_run() -> None:
+    """Two worker threads share the processor's policy: A and B both start from a run of 0;
+    A ends with 2 failures, then B with 3. Nothing succeeded in between: the run is 5 (it
+    was B's 3 alone, A's failures overwritten)."""
+    policy = tolerant(DLQ_MAX_CONSECUTIVE="5")
+    read = threading.Barrier(2)
+    a_done = threading.Event()
+
+    def batch(failures: list[DeadLetter], after: threading.Event | None) -> None:
+        run = policy.consecutive
+        read.wait()
+        if after is not None:
+            assert after.wait(10)
+        for f in failures:
+            run += 1
+            policy.failed(f, run)
+        policy.end_batch(0, len(failures), run, failures[-1])
+
+    a = threading.Thread(target=lambda: (batch(fails(2), None), a_done.set()))
+    b = threading.Thread(target=batch, args=(fails(3, 2), a_done))
+    a.start()
+    b.start()
+    a.join(10)
+    b.join(10)
+    assert policy.consecutive == 5
+    assert (policy.seen, policy.failed_total) == (5, 5)
+    with pytest.raises(DeadLetterLimitError, match="6 records in a row"):
+        walk(policy, fails(1, 5))
+
+
+def test_a_success_in_a_concurrent_batch_still_ends_the_run() -> None:
+    policy = tolerant()
+    assert policy.consecutive == 0  # this thread's batch starts from a run of 0 ...
+    elsewhere = threading.Thread(target=walk, args=(policy, fails(4)))
+    elsewhere.start()
+    elsewhere.join(10)
+    assert policy.consecutive == 4
+    policy.end_batch(1, 1, 1, dl(9))  # ... and ends with a success, then one failure
+    assert policy.consecutive == 1
+
+
+def test_counters_of_a_shared_policy_add_up_across_threads() -> None:
+    policy = tolerant()
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [
+            threading.Thread(target=lambda: [walk(policy, [OK, OK, dl(1)]) for _ in range(2000)])
+            for _ in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(old)
+    assert (policy.seen, policy.failed_total) == (8 * 2000 * 3, 8 * 2000)
