@@ -13,6 +13,10 @@ DEAD_LETTERS = Counter(
     "es_sink_dead_letters", "Records sent to the dead-letter topic, by stage", ["stage"]
 )
 SKIPPED = Counter("es_sink_records_skipped", "Records dropped on purpose, by reason", ["reason"])
+DELETES_NOT_FOUND = Counter(
+    "es_sink_deletes_not_found",
+    "Deletes Elasticsearch answered 404 (no such document or index): done, nothing deleted",
+)
 BULK_RETRIES = Counter(
     "es_sink_bulk_retries", "Bulk items or requests retried, by status or error", ["status"]
 )

@@ -28,8 +28,9 @@ from flows.errors import (
     RecordFailedError,
 )
 from flows.record import DeadLetter, Doc, Record
+from sinks import failing
 from sinks.actions import Action, ActionBuilder
-from sinks.elasticsearch import EsSinkPartition
+from sinks.elasticsearch import EsSinkPartition, clear_refusals
 
 TOPIC = "orders"
 TS = 1_714_564_800_123
@@ -143,6 +144,16 @@ def api_error(status: int, message: str = "error", cls: type[ApiError] = ApiErro
 # --------------------------------------------------------------------------- helpers
 
 
+@pytest.fixture(autouse=True)
+def _fresh_process_state() -> Any:
+    """Each test is a flow of its own: no refusal or failure left over from another."""
+    failing.clear()
+    clear_refusals()
+    yield
+    failing.clear()
+    clear_refusals()
+
+
 def settings(**env: str) -> Settings:
     base = {
         "KAFKA_TOPICS": TOPIC,
@@ -248,7 +259,7 @@ def test_item_429_is_resent_alone_then_succeeds() -> None:
         (429, "es_rejected_execution_exception"),
         (429, "circuit_breaking_exception"),
         (400, "es_rejected_execution_exception"),
-        (403, "cluster_block_exception"),
+        (429, "cluster_block_exception"),  # the flood-stage block clears by itself
     ],
 )
 def test_transient_item_errors_are_retried(status: int, etype: str) -> None:
@@ -338,11 +349,13 @@ def test_404_on_delete_is_done() -> None:
     assert len(rig.client.requests) == 1
 
 
-def test_404_on_index_is_dead_lettered() -> None:
-    missing = (404, {"type": "index_not_found_exception", "reason": "no such index"})
+def test_404_on_index_other_than_a_missing_index_is_dead_lettered() -> None:
+    missing = (404, {"type": "resource_not_found_exception", "reason": "no such thing"})
     rig = Rig(FakeClient({"a": missing}))
     rig.write_and_flush("a")
-    assert [dl.error_class for dl in rig.dlq.letters] == ["elasticsearch.index_not_found_exception"]
+    assert [dl.error_class for dl in rig.dlq.letters] == [
+        "elasticsearch.resource_not_found_exception"
+    ]
 
 
 def test_tolerance_none_with_a_rejected_item_raises() -> None:
@@ -697,13 +710,19 @@ def test_snapshot_always_flushes() -> None:
     assert len(rig.client.requests) == 1
 
 
-def test_close_flushes_and_leaves_the_shared_client_open() -> None:
-    rig = Rig(FakeClient(), BULK_LINGER_MS="60000")
+def test_close_sends_nothing_and_leaves_the_shared_client_open() -> None:
+    """Bytewax calls close() after the last snapshot() at a clean end, and while unwinding
+    after an error: it must not send (or wait for) anything (review, design weakness 10)."""
+    rig = Rig(FakeClient(), BULK_LINGER_MS="0")
     rig.part.write_batch([rig.actions("a")])
+    rig.settle()
+    rig.part._buf.extend(rig.actions("b"))  # as if still buffered when the flow failed
     rig.part.close()
-    assert rig.client.ids(0) == ["a"]
+    rig.part.linger()  # nor does the linger ticker afterwards
+    assert rig.part._inflight is None
+    assert [rig.client.ids(i) for i in range(len(rig.client.requests))] == [["a"]]
     assert not rig.client.closed  # one client per process, shared by every partition
-    assert rig.dlq.closed
+    assert not rig.dlq.closed
 
 
 def test_large_buffer_is_sent_in_several_requests_within_the_limits() -> None:
@@ -737,3 +756,533 @@ def test_an_action_larger_than_bulk_max_bytes_goes_alone() -> None:
     rig.part.write_batch([small + big + rig.actions("c")])
     rig.settle()
     assert [rig.client.ids(i) for i in range(3)] == [["a"], ["big"], ["c"]]
+
+
+# ------------------------------------------- one account for every path (review F2)
+
+BUSY = (429, {"type": "es_rejected_execution_exception", "reason": "queue full"})
+
+
+def test_rejections_of_an_earlier_attempt_survive_a_413_split() -> None:
+    """b is refused in attempt 1, c and d retried; the retry gets 413 and is split: b must
+    still reach the dead-letter topic (it vanished before)."""
+    rig = Rig(FakeClient({"b": (400, MAPPER_ERROR), "c": BUSY, "d": BUSY}, api_error(413)))
+    before = docs_indexed()
+    acts = rig.write_and_flush("a", "b", "c", "d")
+    assert [rig.client.ids(i) for i in range(4)] == [["a", "b", "c", "d"], ["c", "d"], ["c"], ["d"]]
+    assert [dl.record for dl in rig.dlq.letters] == [acts[1].record]
+    assert rig.dlq.letters[0].stage == "index"
+    assert (rig.part._policy.seen, rig.part._policy.failed_total) == (4, 1)
+    assert docs_indexed() - before == 3
+
+
+def test_rejections_of_an_earlier_attempt_survive_an_over_pressure_split() -> None:
+    pressure = api_error(429, "es_rejected_execution_exception")
+    pressure.body = {
+        "error": {
+            "type": "es_rejected_execution_exception",
+            "reason": "rejected execution of coordinating operation "
+            "[coordinating_and_primary_bytes=0, replica_bytes=0, all_bytes=0, "
+            "coordinating_operation_bytes=999999, max_coordinating_and_primary_bytes=1000]",
+        }
+    }
+    rig = Rig(FakeClient({"b": (400, MAPPER_ERROR), "c": BUSY, "d": BUSY}, pressure))
+    acts = rig.write_and_flush("a", "b", "c", "d")
+    assert [dl.record for dl in rig.dlq.letters] == [acts[1].record]
+
+
+def test_tolerance_none_stops_on_a_rejection_before_a_413_split() -> None:
+    client = FakeClient({"b": (400, MAPPER_ERROR), "c": BUSY, "d": BUSY}, api_error(413))
+    rig = Rig(client, ERRORS_TOLERANCE="none")
+    with pytest.raises(RecordFailedError) as info:
+        rig.write_and_flush("a", "b", "c", "d")
+    assert info.value.where == "orders/1@1"
+
+
+# ------------------------------------ later writes to a retried document (review F4)
+
+
+class DocStore(FakeClient):
+    """Applies the writes it acknowledges, like an index: index/create/delete by id. A
+    script step here is a list of statuses per position (None: apply and answer)."""
+
+    def __init__(self, *script: list[Any] | None) -> None:
+        super().__init__()
+        self.docs: dict[str, Any] = {}
+        self.plan = list(script)
+
+    def bulk(self, *, operations: bytes, filter_path: str) -> FakeResponse:
+        self.requests.append(operations)
+        forced = self.plan.pop(0) if self.plan else None
+        lines = operations.split(b"\n")[:-1]
+        items, i, pos = [], 0, 0
+        while i < len(lines):
+            ((op, meta),) = orjson.loads(lines[i]).items()
+            source = None if op == "delete" else orjson.loads(lines[i + 1])
+            i += 1 if op == "delete" else 2
+            key = (meta["_index"], meta["_id"], meta.get("routing"))
+            spec = forced[pos] if forced else None
+            pos += 1
+            if spec is not None:
+                status, error = spec
+                items.append({op: {"status": status, "error": error}})
+            elif op == "delete":
+                items.append({op: {"status": 200 if self.docs.pop(key, None) else 404}})
+            elif op == "create" and key in self.docs:
+                items.append({op: {"status": 409, "error": {"type": "version_conflict"}}})
+            else:
+                self.docs[key] = source
+                items.append({op: {"status": 201}})
+        errors = any(next(iter(it.values()))["status"] >= 300 for it in items)
+        return FakeResponse({"errors": errors, "items": items})
+
+    def doc(self, doc_id: str, index: str = TOPIC) -> Any:
+        return self.docs.get((index, doc_id, None))
+
+
+def versions(
+    s: Settings, *writes: tuple[str, int | None], index: str | None = None
+) -> list[Action]:
+    """One action per (id, v): index {"v": v}, or a delete for v None; offsets in order."""
+    b = ActionBuilder(s)
+    out = []
+    for offset, (doc_id, v) in enumerate(writes):
+        rec = Record(TOPIC, 1, offset, TS, doc_id.encode(), b"{}")
+        doc = Doc(rec, None if v is None else {"v": v}, key=doc_id, delete=v is None, index=index)
+        out.append(b.build(doc))
+    return out
+
+
+def test_a_retried_write_is_resent_with_the_later_writes_to_its_document() -> None:
+    store = DocStore([BUSY, None, None])
+    rig = Rig(store)
+    acts = versions(rig.settings, ("x", 1), ("y", 1), ("x", 2))
+    rig.part.write_batch([acts])
+    rig.part.snapshot()
+    assert [store.ids(i) for i in range(2)] == [["x", "y", "x"], ["x", "x"]]
+    assert store.doc("x") == {"v": 2}  # v1 used to be applied last
+    assert rig.dlq.letters == []
+
+
+def test_a_retried_write_does_not_resurrect_a_later_delete() -> None:
+    store = DocStore([BUSY, None])
+    rig = Rig(store)
+    before = deletes_not_found()
+    rig.part.write_batch([versions(rig.settings, ("x", 1), ("x", None))])
+    rig.part.snapshot()
+    assert [store.ids(i) for i in range(2)] == [["x", "x"], ["x", "x"]]
+    assert store.doc("x") is None
+    assert deletes_not_found() == before  # the re-sent delete found the document
+
+
+def test_later_writes_to_other_documents_or_indices_are_not_resent() -> None:
+    store = DocStore([BUSY, None, None])
+    rig = Rig(store)
+    acts = versions(rig.settings, ("x", 1), ("y", 2)) + versions(
+        rig.settings, ("x", 3), index="other"
+    )
+    rig.part.write_batch([acts])
+    rig.part.snapshot()
+    assert [store.ids(i) for i in range(2)] == [["x", "y", "x"], ["x"]]
+
+
+def test_a_later_write_that_was_refused_is_not_resent() -> None:
+    store = DocStore([BUSY, (400, MAPPER_ERROR)])
+    rig = Rig(store)
+    acts = versions(rig.settings, ("x", 1), ("x", 2))
+    rig.part.write_batch([acts])
+    rig.part.snapshot()
+    assert [store.ids(i) for i in range(2)] == [["x", "x"], ["x"]]
+    assert [dl.record for dl in rig.dlq.letters] == [acts[1].record]
+    assert store.doc("x") == {"v": 1}
+
+
+def test_create_keeps_the_later_write_when_the_first_one_was_retried() -> None:
+    """The documented residual of WRITE_METHOD=create: the first write was refused for a
+    while and the second created the document, so the first now finds it there (409,
+    done): the document holds the second record, not the first."""
+    store = DocStore([BUSY, None])
+    rig = Rig(store, WRITE_METHOD="create")
+    rig.part.write_batch([versions(rig.settings, ("x", 1), ("x", 2))])
+    rig.part.snapshot()
+    assert store.doc("x") == {"v": 2}
+    assert rig.dlq.letters == []
+
+
+# ------------------------- blocks, bounded item retries, configuration errors (F7, W1, W4)
+
+
+def test_a_write_block_is_dead_lettered_at_once() -> None:
+    """403 index.blocks.write / read_only (ILM readonly) stays until an admin lifts it."""
+    block = (
+        403,
+        {
+            "type": "cluster_block_exception",
+            "reason": "index [logs-2024.01.01] blocked by: [FORBIDDEN/8/index write (api)];",
+        },
+    )
+    rig = Rig(FakeClient({"b": block}))
+    acts = rig.write_and_flush("a", "b", "c")
+    assert len(rig.client.requests) == 1
+    assert rig.clock.sleeps == []
+    assert [dl.record for dl in rig.dlq.letters] == [acts[1].record]
+    letter = rig.dlq.letters[0]
+    assert (letter.stage, letter.error_class) == ("index", "elasticsearch.cluster_block_exception")
+    assert "FORBIDDEN/8/index write" in letter.message
+
+
+def test_a_write_block_stops_the_flow_under_tolerance_none() -> None:
+    block = (403, {"type": "cluster_block_exception", "reason": "FORBIDDEN/8/index write"})
+    rig = Rig(FakeClient({"b": block}), ERRORS_TOLERANCE="none")
+    with pytest.raises(RecordFailedError, match="cluster_block_exception"):
+        rig.write_and_flush("a", "b")
+
+
+def test_flood_stage_block_is_retried_under_the_budget_not_the_item_limit() -> None:
+    flood = (
+        429,
+        {"type": "cluster_block_exception", "reason": "TOO_MANY_REQUESTS/12/disk usage exceeded"},
+    )
+    rig = Rig(FakeClient(*[{"a": flood}] * 5), ES_ITEM_RETRY_MAX="1")
+    rig.write_and_flush("a")
+    assert len(rig.client.requests) == 6
+    assert rig.dlq.letters == []
+
+
+def test_item_5xx_is_retried_es_item_retry_max_times_then_dead_lettered() -> None:
+    broken = (500, {"type": "illegal_state_exception", "reason": "ingest processor failed"})
+    rig = Rig(FakeClient(default={"b": broken}), ES_ITEM_RETRY_MAX="3", ES_RETRY_BUDGET_S="1")
+    acts = rig.write_and_flush("a", "b")
+    assert [rig.client.ids(i) for i in range(len(rig.client.requests))] == [["a", "b"]] + [
+        ["b"]
+    ] * 3
+    assert [dl.record for dl in rig.dlq.letters] == [acts[1].record]
+    letter = rig.dlq.letters[0]
+    assert letter.error_class == "elasticsearch.illegal_state_exception"
+    assert letter.message == "ingest processor failed (retried 3 times, ES_ITEM_RETRY_MAX=3)"
+    assert len(rig.clock.sleeps) == 3  # backoff between attempts, no budget error
+
+
+def test_item_retry_max_defaults_to_ten_retries() -> None:
+    rig = Rig(FakeClient(default={"a": 503}))
+    rig.write_and_flush("a")
+    assert len(rig.client.requests) == 11
+    assert "retried 10 times" in rig.dlq.letters[0].message
+
+
+def test_bounded_item_retries_stop_the_flow_under_tolerance_none() -> None:
+    rig = Rig(FakeClient(default={"a": 503}), ES_ITEM_RETRY_MAX="2", ERRORS_TOLERANCE="none")
+    with pytest.raises(RecordFailedError, match="retried 2 times"):
+        rig.write_and_flush("a")
+
+
+def test_item_429s_are_not_bounded_by_es_item_retry_max() -> None:
+    rig = Rig(FakeClient(*[{"a": BUSY}] * 4), ES_ITEM_RETRY_MAX="1")
+    rig.write_and_flush("a")
+    assert len(rig.client.requests) == 5
+    assert rig.dlq.letters == []
+
+
+@pytest.mark.parametrize(
+    ("status", "setting", "hint"),
+    [
+        (403, "ES_HOSTS", "lack a privilege"),
+        (401, "ES_HOSTS", "check ES_USERNAME/ES_PASSWORD"),
+    ],
+)
+def test_item_security_exception_stops_the_flow_as_a_configuration_error(
+    status: int, setting: str, hint: str
+) -> None:
+    denied = (
+        status,
+        {
+            "type": "security_exception",
+            "reason": "action [indices:data/write/bulk[s]] is unauthorized",
+        },
+    )
+    rig = Rig(FakeClient({"a": denied, "b": denied}))
+    with pytest.raises(ConfigError) as info:
+        rig.write_and_flush("a", "b")
+    msg = str(info.value)
+    assert msg.startswith(
+        f"{setting}: Elasticsearch refused writes to index {TOPIC} with HTTP {status}"
+    )
+    assert hint in msg
+    assert "\n" not in msg
+    assert rig.dlq.letters == []
+    assert failing.failing()
+
+
+def test_item_index_not_found_stops_the_flow_naming_es_index() -> None:
+    missing = (
+        404,
+        {
+            "type": "index_not_found_exception",
+            "reason": "no such index [orders] and [action.auto_create_index] is [false]",
+        },
+    )
+    rig = Rig(FakeClient({"a": missing}))
+    with pytest.raises(ConfigError) as info:
+        rig.write_and_flush("a")
+    msg = str(info.value)
+    assert msg.startswith(f"ES_INDEX: index {TOPIC} does not exist")
+    assert "action.auto_create_index" in msg
+    assert rig.dlq.letters == []
+
+
+def test_a_delete_on_a_missing_index_is_done_and_counted_not_found() -> None:
+    missing = (404, {"type": "index_not_found_exception", "reason": "no such index [orders]"})
+    rig = Rig(FakeClient({"a": missing, "b": 404}))
+    before = deletes_not_found()
+    rig.write_and_flush("a", "b", "c", delete=True)
+    assert rig.dlq.letters == []
+    assert deletes_not_found() - before == 2
+
+
+# ---------------------------------------------------- deletes that found nothing (F3)
+
+
+def deletes_not_found() -> float:
+    return REGISTRY.get_sample_value("es_sink_deletes_not_found_total") or 0.0
+
+
+def test_deletes_answered_404_are_counted_and_logged_in_the_summary(caplog) -> None:
+    rig = Rig(FakeClient({"a": 404, "c": 404}))
+    before = deletes_not_found()
+    rig.write_and_flush("a", "b", "c", delete=True)
+    assert deletes_not_found() - before == 2
+    rig.clock.now += 61
+    with caplog.at_level("INFO", logger="sinks.elasticsearch"):
+        rig.part.snapshot()
+    assert "indexed=3 dead_lettered=0 deletes_not_found=2 bulks=1" in caplog.text
+
+
+def test_a_no_error_bulk_counts_no_delete_not_found() -> None:
+    rig = Rig(FakeClient())
+    before = deletes_not_found()
+    rig.write_and_flush("a", delete=True)
+    assert deletes_not_found() == before
+
+
+# ----------------------------------------------- fan-out: one record, several actions (F13)
+
+
+def fan_out(s: Settings, *ids: str, offset: int = 0) -> list[Action]:
+    """Actions with different ids made from ONE record (as a fan-out transform does)."""
+    b = ActionBuilder(s)
+    rec = Record(TOPIC, 1, offset, TS, b"k", b"{}")
+    return [b.build(Doc(rec, {"n": i}, id=doc_id)) for i, doc_id in enumerate(ids)]
+
+
+def test_a_fanned_out_record_with_one_refused_action_counts_once() -> None:
+    rig = Rig(FakeClient({"x2": (400, MAPPER_ERROR)}))
+    acts = fan_out(rig.settings, "x1", "x2", "x3")
+    rig.part.write_batch([acts])
+    rig.part.snapshot()
+    assert [dl.record for dl in rig.dlq.letters] == [acts[0].record]
+    policy = rig.part._policy
+    assert (policy.failed_total, policy.consecutive) == (1, 1)
+
+
+def test_a_fanned_out_record_with_all_actions_refused_is_one_dead_letter() -> None:
+    bad = (400, MAPPER_ERROR)
+    rig = Rig(FakeClient({"x1": bad, "x2": bad, "x3": bad}), DLQ_MAX_CONSECUTIVE="1")
+    acts = fan_out(rig.settings, "x1", "x2", "x3")
+    rig.part.write_batch([acts])
+    rig.part.snapshot()  # one failed record: DLQ_MAX_CONSECUTIVE=1 is not passed
+    assert len(rig.dlq.letters) == 1
+    assert rig.dlq.sends == 1
+    assert rig.part._policy.failed_total == 1
+
+
+# -------------------------- ERRORS_TOLERANCE=none: the earliest refused offset (F13)
+
+
+def test_tolerance_none_names_the_earliest_refused_offset_of_other_partitions() -> None:
+    """Records of one Kafka partition spread over sink partitions by id. Partition A
+    refuses offset 7 and is joined first; B's bulk, still in flight, refuses offset 3:
+    the flow must stop on offset 3."""
+    s = Settings.load({"KAFKA_TOPICS": TOPIC})
+    a_client = FakeClient({"a": (400, MAPPER_ERROR)})
+    b_client = GatedClient()
+    b_client.default = {"b": (400, MAPPER_ERROR)}
+    a = EsSinkPartition(s, "es-0000", a_client, None, clock=FakeClock())  # type: ignore[arg-type]
+    b = EsSinkPartition(s, "es-0001", b_client, None, clock=FakeClock())  # type: ignore[arg-type]
+    b.write_batch([make_actions(s, "b", first_offset=3)])
+    with b._lock:
+        b._dispatch()  # B's bulk is in flight (held at the gate)
+    assert b_client.entered.acquire(timeout=10)
+    a.write_batch([make_actions(s, "a", first_offset=7)])
+    threading.Timer(0.3, b_client.gate.set).start()
+    with pytest.raises(RecordFailedError) as info:
+        a.snapshot()
+    assert info.value.where == "orders/1@3"
+    with pytest.raises(RecordFailedError) as info_b:
+        b.snapshot()
+    assert info_b.value.where == "orders/1@3"
+
+
+def test_tolerance_none_waits_for_other_bulks_only_a_bounded_time(monkeypatch) -> None:
+    monkeypatch.setattr("sinks.elasticsearch.REFUSAL_WAIT_S", 0.2)
+    s = Settings.load({"KAFKA_TOPICS": TOPIC})
+    stuck = GatedClient()
+    a = EsSinkPartition(
+        s, "es-0000", FakeClient({"a": (400, MAPPER_ERROR)}), None, clock=FakeClock()
+    )  # type: ignore[arg-type]
+    b = EsSinkPartition(s, "es-0001", stuck, None, clock=FakeClock())  # type: ignore[arg-type]
+    b.write_batch([make_actions(s, "b", first_offset=3)])
+    with b._lock:
+        b._dispatch()
+    assert stuck.entered.acquire(timeout=10)
+    a.write_batch([make_actions(s, "a", first_offset=7)])
+    try:
+        with pytest.raises(RecordFailedError, match="orders/1@7"):
+            a.snapshot()
+    finally:
+        stuck.gate.set()
+
+
+# ----------------------------------------- the process budget has no cliff (weakness 8)
+
+
+def test_over_budget_with_bulks_in_flight_a_small_buffer_waits_instead_of_a_tiny_bulk() -> None:
+    """Full bulks in flight alone fill ES_SINK_BUFFER_BYTES (4 x 8 MiB > 24 MiB with the
+    defaults): a write to another partition used to send its few actions as a bulk of
+    their own, every time. It now waits until bulks in flight are written."""
+    env = {"ES_SINK_BUFFER_BYTES": "2100", "BULK_MAX_BYTES": "1024", "BULK_LINGER_MS": "60000"}
+    gated = [GatedClient() for _ in range(3)]
+    busy = [Rig(c, **env) for c in gated[:2]]
+    quiet = Rig(gated[2], **env)
+    try:
+        for rig in busy:  # two full bulks (~1,300 bytes each) in flight: over 2,100
+            rig.part.write_batch([rig.actions("a", "b", "c", "d", pad=250)])
+        for c in gated[:2]:
+            assert c.entered.acquire(timeout=10)
+        writer = threading.Thread(target=quiet.part.write_batch, args=([quiet.actions("q")],))
+        writer.start()
+        writer.join(0.3)
+        assert writer.is_alive()  # back-pressure: waits for the bulks in flight
+        assert not gated[2].entered.acquire(timeout=0.1)  # and sent no tiny bulk
+        for c in gated[:2]:
+            c.gate.set()
+        writer.join(10)
+        assert not writer.is_alive()
+        assert gated[2].requests == [] and quiet.part._buf  # still buffered: under budget now
+        gated[2].gate.set()
+        quiet.part.snapshot()
+        assert gated[2].ids(0) == ["q"]
+    finally:
+        for c in gated:
+            c.gate.set()
+    for rig in busy:
+        rig.part.snapshot()
+    assert quiet.part._held._held == 0
+
+
+def test_over_budget_a_buffer_of_at_least_its_share_is_sent_early() -> None:
+    env = {"ES_SINK_BUFFER_BYTES": "2000", "BULK_LINGER_MS": "60000"}
+    first, second = Rig(FakeClient(), **env), Rig(FakeClient(), **env)
+    assert first.part._held.share(8 * 1024 * 1024) == 1000  # the budget over 2 partitions
+    first.part.write_batch([first.actions("a", "b", "c", pad=250)])  # ~920 bytes
+    second.part.write_batch([second.actions("d", "e", "f", "g", pad=250)])  # ~1,230 >= 1,000
+    assert second.settle() and first.settle() == []
+    first.part.snapshot()
+
+
+# ------------------------------------------------ the flow is failing: stop, send nothing
+
+
+def test_once_the_flow_is_failing_retries_stop_and_joins_return() -> None:
+    rig = Rig(FakeClient(default={"a": BUSY}))
+    rig.part.write_batch([rig.actions("a")])
+    with rig.part._lock:
+        rig.part._dispatch()
+    while len(rig.client.requests) < 3:
+        threading.Event().wait(0.01)
+    failing.mark()
+    with pytest.raises(ElasticsearchUnavailableError, match="the flow is stopping"):
+        rig.part.snapshot()
+
+
+def test_an_error_surfacing_in_one_partition_marks_the_flow_failing() -> None:
+    rig = Rig(FakeClient(api_error(401, "security_exception")))
+    with pytest.raises(ConfigError):
+        rig.write_and_flush("a")
+    assert failing.failing()
+    other = Rig(FakeClient(), BULK_LINGER_MS="0")
+    other.part._buf.extend(other.actions("b"))
+    other.part.linger()
+    assert other.client.requests == []
+
+
+# -------------------------------------------------- per-process resources (F13)
+
+
+def test_first_calls_of_the_shared_budget_race_to_one_object(monkeypatch) -> None:
+    import sinks.elasticsearch as es_mod
+
+    real = es_mod._HeldBytes
+
+    class Slow(real):  # type: ignore[misc, valid-type]
+        def __init__(self, limit: int) -> None:
+            threading.Event().wait(0.05)
+            super().__init__(limit)
+
+    monkeypatch.setattr(es_mod, "_HeldBytes", Slow)
+    barrier = threading.Barrier(8)
+    got: list[object] = []
+
+    def first_call() -> None:
+        barrier.wait()
+        got.append(es_mod._held_bytes(987_654))
+
+    threads = [threading.Thread(target=first_call) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(got) == 8
+    assert len({id(x) for x in got}) == 1  # one budget for the process, not several
+
+
+# ------------------------------- Bytewax's close(): after snapshot, or while unwinding (W10)
+
+
+def _run_bytewax(monkeypatch: pytest.MonkeyPatch, client: FakeClient, fail_on: str | None) -> None:
+    """The real ElasticsearchSink in a real Bytewax dataflow, with a fake client."""
+    from datetime import timedelta
+
+    import bytewax.operators as op
+    from bytewax.dataflow import Dataflow
+    from bytewax.testing import TestingSource, run_main
+
+    from sinks.elasticsearch import ElasticsearchSink
+
+    monkeypatch.setattr("sinks.elasticsearch.shared_client", lambda _s: client)
+    s = Settings.load({"KAFKA_TOPICS": TOPIC, "BULK_LINGER_MS": "60000"})
+
+    def check(item: tuple[str, list[Action]]) -> tuple[str, list[Action]]:
+        if item[1][0].id == fail_on:
+            raise RuntimeError("a later step of the flow failed")
+        return item
+
+    flow = Dataflow("close-contract")
+    acts = make_actions(s, "a", "b", "c", "d")
+    stream = op.input("in", flow, TestingSource([("0", [a]) for a in acts]))
+    op.output("es", op.map("check", stream, check), ElasticsearchSink(s, 1))
+    run_main(flow, epoch_interval=timedelta(seconds=30))
+
+
+def test_bytewax_flushes_at_a_clean_end_through_snapshot_not_close(monkeypatch) -> None:
+    client = FakeClient()
+    _run_bytewax(monkeypatch, client, fail_on=None)
+    assert [client.ids(i) for i in range(len(client.requests))] == [["a", "b", "c", "d"]]
+
+
+def test_bytewax_unwinding_after_an_error_sends_nothing(monkeypatch) -> None:
+    """a, b, c are buffered (one 30 s epoch, 60 s linger) when the flow fails on d: Bytewax
+    calls close() while unwinding, which used to send them (and could block there)."""
+    client = FakeClient()
+    with pytest.raises(Exception, match=r'error calling `mapper` in step "close-contract\.check'):
+        _run_bytewax(monkeypatch, client, fail_on="d")
+    assert client.requests == []
