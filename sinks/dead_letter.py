@@ -137,7 +137,7 @@ class DeadLetterProducer:
                 self._check_budget(started, "deliveries stay unconfirmed")
 
     def _retry_later(self, attempt: int, failed: list[tuple[DeadLetter, KafkaError]]) -> None:
-        delay = random.uniform(0, min(10.0, 0.1 * 2**attempt))  # full jitter
+        delay = random.uniform(0, min(10.0, 0.1 * 2 ** min(attempt, 30)))  # full jitter
         logger.warning(
             "dead-letter topic %s: %d deliveries failed (%s); retrying in %.1fs",
             self._topic, len(failed), failed[0][1], delay,
