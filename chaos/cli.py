@@ -1,7 +1,7 @@
 """`scripts/chaos`: produce a keyed workload, interrupt the flow until it finishes, audit.
 
     scripts/chaos [--records 200000] [--kills 20] [--modes recovery,offsets,grow,strict]
-                  [--layouts 1w,3w,2p,1w] [--outages 2] [--txn-share 0.3]
+                  [--layouts 1w,3w,2p,1w,9w] [--outages 2] [--txn-share 0.3]
                   [--shutdown-timeout 5] [--seed N] [--bootstrap 127.0.0.1:9092]
                   [--es http://127.0.0.1:9200] [--keep] [--timeout 5400]
 
@@ -92,7 +92,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=_layouts,
         default=None,
         help="layouts the attempts cycle through, for every mode (<N>w: one process, N "
-        "workers; <N>p: N processes); default per mode, e.g. recovery 1w,3w,2p,1w",
+        "workers; <N>p: N processes); default per mode, e.g. recovery 1w,3w,2p,1w,9w",
     )
     p.add_argument(
         "--outages",

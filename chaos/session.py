@@ -211,7 +211,7 @@ def run_mode(
             mode=mode.name,
             layouts=args.layouts or list(mode.layouts),
             kills=args.kills,
-            records=records,
+            offsets=lambda: sum(ends.values()),
             run_args=run_args,
             env=flow_env(settings),
             logdir=logdir,
