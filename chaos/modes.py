@@ -18,13 +18,19 @@ run), stopped by SIGTERM once everything is committed, and with
 KAFKA_AUTO_OFFSET_RESET=latest: the group's offsets are set to 0 before the first run (as
 an operator creating a group for a backlog does), so only the partitions added later have
 no offset, and they must still be read from their beginning.
+
+`offsets` creates its index with `_routing.required`: with DOC_ID=key and ES_ROUTING=key
+the routing value equals the id, so a write or delete that lost its routing would still
+land on the right shard and go unnoticed; required routing makes Elasticsearch refuse it
+(a good record dead-lettered, `dlq_good`, and its document `undeleted`). Its workload
+has no null keys for that reason.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from chaos.workload import TOMBSTONE_SHARE
+from chaos.workload import NULL_KEY_SHARE, TOMBSTONE_SHARE
 
 EPOCH_S = 1
 RECOVERY_PARTITIONS = 2
@@ -44,6 +50,8 @@ class Mode:
     shards: int = 1
     tombstones: float = TOMBSTONE_SHARE
     """Share of tombstones in the workload."""
+    null_keys: float = NULL_KEY_SHARE
+    """Share of records without a key (their document id is their coordinates)."""
     deletes: bool = False
     versioned: bool = True
     routed: bool = False
@@ -66,6 +74,7 @@ MODES: dict[str, Mode] = {
             settings={"ES_ROUTING": "key", "ON_NULL_VALUE": "delete"},
             shards=3,
             tombstones=0.03,
+            null_keys=0.0,  # routing is required: a record without a key has none
             deletes=True,
             routed=True,
         ),

@@ -133,12 +133,15 @@ def run_mode(
     if mode.strict:
         recs = generate_strict(first, seed, mode.partitions)
     else:
-        recs = generate(first, seed, mode.partitions, tombstone_share=mode.tombstones)
+        recs = generate(
+            first, seed, mode.partitions, tombstone_share=mode.tombstones,
+            null_key_share=mode.null_keys,
+        )  # fmt: skip
     proxy = Proxy(args.es)
     try:
         create_topic(args.bootstrap, topic, mode.partitions)
         create_topic(args.bootstrap, dlq, 1)
-        es.indices.create(index=index, **index_body(mode.shards))
+        es.indices.create(index=index, **index_body(mode.shards, routing_required=mode.routed))
         produced = produce(
             args.bootstrap, topic, recs, txn_share=args.txn_share, rng=rng,
             partitions=mode.partitions,

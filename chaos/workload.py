@@ -128,9 +128,18 @@ BAD_KINDS: dict[str, tuple[str, Maker]] = {
 }
 
 
-def index_body(shards: int) -> dict[str, Any]:
-    """INDEX_BODY with `shards` primary shards (several: routing decides where a doc lives)."""
-    return {**INDEX_BODY, "settings": {**INDEX_BODY["settings"], "number_of_shards": shards}}
+def index_body(shards: int, routing_required: bool = False) -> dict[str, Any]:
+    """INDEX_BODY with `shards` primary shards (several: routing decides where a doc lives).
+
+    `routing_required`: Elasticsearch refuses any write or delete without routing. With
+    ES_ROUTING=key and DOC_ID=key the routing value is the id, so a delete that lost its
+    routing would still find the document's shard; this makes the loss visible.
+    """
+    mappings = dict(INDEX_BODY["mappings"])
+    if routing_required:
+        mappings["_routing"] = {"required": True}
+    settings = {**INDEX_BODY["settings"], "number_of_shards": shards}
+    return {"settings": settings, "mappings": mappings}
 
 
 def partition_for(key: bytes, partitions: int, offset: int = 0) -> int:
@@ -194,17 +203,18 @@ def _plan(
     bad_share: float,
     pick_key: Callable[[], tuple[str, int]],
     tombstone_share: float = TOMBSTONE_SHARE,
+    null_key_share: float = NULL_KEY_SHARE,
 ) -> list[_Plan]:
     kinds = sorted(BAD_KINDS)
     out: list[_Plan] = []
     for seq in range(records):
         key, partition = pick_key()
         roll = rng.random()
-        if roll < NULL_KEY_SHARE:
+        if roll < null_key_share:
             out.append(_Plan("good-null-key", None, rng.randrange(partitions)))
         elif roll > 1 - tombstone_share:
             out.append(_Plan("tombstone", key, partition))
-        elif roll < NULL_KEY_SHARE + bad_share:
+        elif roll < null_key_share + bad_share:
             kind = kinds[seq % len(kinds)] if rng.random() < 0.5 else rng.choice(kinds)
             out.append(_Plan(kind, key, partition))
         else:
@@ -230,11 +240,12 @@ def generate(
     partitions: int = PARTITIONS,
     bad_share: float = BAD_SHARE,
     tombstone_share: float = TOMBSTONE_SHARE,
+    null_key_share: float = NULL_KEY_SHARE,
 ) -> list[Rec]:
     """`records` records over records/4 keys, skewed so hot keys get many updates."""
     rng = random.Random(seed)
     pick = _skewed_keys(rng, max(10, records // 4), partitions)
-    plans = _plan(rng, records, partitions, bad_share, pick, tombstone_share)
+    plans = _plan(rng, records, partitions, bad_share, pick, tombstone_share, null_key_share)
     return [make_record(rng, p, seq) for seq, p in enumerate(plans)]
 
 
