@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.errors import ConfigError
+from sinks.secrets import Secret
 
 KAFKA_CONFIG_PREFIX = "KAFKA_CONFIG_"
 SCHEMA_REGISTRY_CONFIG_PREFIX = "SCHEMA_REGISTRY_CONFIG_"
@@ -25,31 +26,6 @@ REGISTRY_FORMATS = ("avro", "json-schema", "protobuf")
 WRITE_METHODS = ("index", "create", "upsert")
 NULL_VALUE_POLICIES = ("ignore", "delete", "dlq", "fail")
 NULL_KEY_POLICIES = ("coordinates", "dlq")
-
-
-def redact(text: str, secrets: Sequence[str]) -> str:
-    """`text` with every secret value replaced by `***` (messages that may quote them)."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
-
-
-class Secret(str):
-    """A string that never shows itself in repr, logs or tracebacks."""
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    def reveal(self) -> str:
-        """The value, for the one place that sends it to a server."""
-        return str.__str__(self)
-
-    def __str__(self) -> str:
-        return "***"
-
-    def __format__(self, spec: str) -> str:
-        return "***"
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,39 +1,22 @@
-"""The pipeline's exceptions: one root, data on each, picklable across Bytewax processes."""
+"""The pipeline's exceptions: one root (`sinks.errors`, re-exported here), data on each,
+picklable across Bytewax processes. The flow's own errors subclass `PipelineError`."""
 
 from __future__ import annotations
 
+from sinks.errors import (
+    ConfigError,
+    DeadLetterDeliveryError,
+    DeadLetterLimitError,
+    ElasticsearchUnavailableError,
+    PipelineError,
+    RecordFailedError,
+)
 
-class PipelineError(Exception):
-    """Root of every error this project raises on purpose."""
-
-
-class ConfigError(PipelineError):
-    """A setting is missing or invalid; the message names the setting."""
-
-
-class RecordFailedError(PipelineError):
-    """A record failed and ERRORS_TOLERANCE=none (or a dead-letter policy) stops the flow."""
-
-    def __init__(self, where: str, stage: str, reason: str) -> None:
-        self.where = where
-        self.stage = stage
-        self.reason = reason
-        super().__init__(
-            f"record {where} failed at stage {stage}: {reason} "
-            "(ERRORS_TOLERANCE=none stops the flow; nothing past this record is committed)"
-        )
-
-    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
-        return (type(self), (self.where, self.stage, self.reason))
-
-
-class DeadLetterLimitError(PipelineError):
-    """Too many records in a row, or too large a share, went to the dead-letter topic."""
-
-
-class DeadLetterDeliveryError(PipelineError):
-    """The dead-letter topic did not confirm a record within the retry budget."""
-
-
-class ElasticsearchUnavailableError(PipelineError):
-    """Elasticsearch stayed unreachable or overloaded past ES_RETRY_BUDGET_S."""
+__all__ = [
+    "ConfigError",
+    "DeadLetterDeliveryError",
+    "DeadLetterLimitError",
+    "ElasticsearchUnavailableError",
+    "PipelineError",
+    "RecordFailedError",
+]

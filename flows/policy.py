@@ -22,9 +22,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from flows.config import Settings, redact
+from flows.config import Settings
 from flows.errors import DeadLetterLimitError, RecordFailedError
 from flows.record import DeadLetter
+from sinks.secrets import redact
 
 logger = logging.getLogger(__name__)
 

@@ -21,11 +21,12 @@ from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from flows import metrics
-from flows.config import Settings, redact
+from flows.config import Settings
 from flows.errors import DeadLetterDeliveryError
 from flows.record import DeadLetter
 from sinks import failing
 from sinks.es_client import locked_cache
+from sinks.secrets import redact
 
 logger = logging.getLogger(__name__)
 

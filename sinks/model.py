@@ -1,0 +1,195 @@
+"""The values that flow through the pipeline: a Kafka record, a document, an encoded bulk
+action, a dead letter, and the dotted paths that address a document's fields.
+
+A `Record` is the untouched Kafka record (original bytes and coordinates). It travels with
+every document made from it, every action and every dead letter, so offsets and original
+bytes survive any transform, index rename or fan-out. `Action` and `DeadLetter` cross
+Bytewax's exchange between workers (pickled): they hold plain data only.
+
+This is the bottom of the stack: it imports nothing from this project.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+Headers = tuple[tuple[str, bytes | None], ...]
+Stage = Literal["deserialize", "transform", "index"]
+
+
+@dataclass(slots=True)
+class Record:
+    """One Kafka record as consumed: never modified after the source builds it."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int | None
+    """Record timestamp in epoch milliseconds, or None when the broker has none."""
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+
+    @property
+    def coordinates(self) -> str:
+        """`topic-partition-offset`: unique per record, stable across replays."""
+        return f"{self.topic}-{self.partition}-{self.offset}"
+
+    @property
+    def where(self) -> str:
+        """`topic/partition@offset`: how logs and errors name the record."""
+        return f"{self.topic}/{self.partition}@{self.offset}"
+
+    def header(self, name: str) -> bytes | None:
+        """The last value of header `name` (Kafka allows repeats), or None."""
+        found = None
+        for k, v in self.headers:
+            if k == name:
+                found = v
+        return found
+
+
+@dataclass(slots=True)
+class Doc:
+    """A document on its way to Elasticsearch, as transforms see and change it.
+
+    `source` is the document body (None only for a delete). `key` is the decoded record key
+    (transforms may replace it). `index`, `id` and `routing` left as None are filled in by
+    the configured defaults (ES_INDEX, DOC_ID) after the last transform.
+    """
+
+    record: Record
+    source: dict[str, Any] | None
+    key: Any = None
+    index: str | None = None
+    id: str | None = None
+    routing: str | None = None
+    delete: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Free space for user transforms to pass values to later transforms."""
+
+
+@dataclass(slots=True)
+class Action:
+    """One encoded bulk action with the record it came from (for dead letters)."""
+
+    id: str | None
+    data: bytes
+    record: Record
+
+
+@dataclass(slots=True)
+class DeadLetter:
+    """A record that failed at `stage`; its original bytes go to the dead-letter topic."""
+
+    record: Record
+    stage: Stage
+    error_class: str
+    message: str
+    stacktrace: str | None = None
+
+    @classmethod
+    def from_exception(
+        cls, record: Record, stage: Stage, exc: BaseException, with_trace: bool = False
+    ) -> DeadLetter:
+        """Describe `exc` without its chained causes (they may quote secrets or huge input)."""
+        trace = None
+        if with_trace:
+            import traceback
+
+            trace = "".join(traceback.format_exception(exc, chain=False))
+        cls_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        return cls(record, stage, cls_name, str(exc), trace)
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __reduce__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Final[Any] = _Missing()
+"""What `FieldPath.get` returns for a path that does not exist (never a document value)."""
+
+
+class FieldPath:
+    """A dotted path into a document: `a.b.c` walks nested objects.
+
+    One meaning of null, everywhere a path is read: a path exists only through objects.
+    A key that holds null is there and its value is None (`get` returns None); a key that
+    is absent, or a step through anything but an object (null, a list, a number), means
+    the path is missing (`get` returns MISSING). `set` creates the objects on the way and
+    replaces a null there by an object. Paths do not index into lists, and a field whose
+    name contains a dot cannot be addressed. What a None or MISSING value means (skip,
+    dead-letter, no routing) is the reader's rule, written where it reads the path.
+    """
+
+    __slots__ = ("dotted", "head", "keys", "last")
+
+    def __init__(self, dotted: str) -> None:
+        keys = tuple(dotted.split("."))
+        if not dotted or not all(keys):
+            msg = f"expected a dotted path such as a.b.c, got {dotted!r}"
+            raise ValueError(msg)
+        self.dotted = dotted
+        self.keys = keys
+        self.head = keys[:-1]
+        self.last = keys[-1]
+
+    def get(self, source: Any) -> Any:
+        """The value at this path (None for a null), or MISSING."""
+        value = source
+        for key in self.keys:
+            if not isinstance(value, dict):
+                return MISSING
+            value = value.get(key, MISSING)
+        return value
+
+    def parent(self, source: Any) -> dict[str, Any] | None:
+        """The object holding the last key, or None when there is none on this path."""
+        obj = source
+        for key in self.head:
+            if not isinstance(obj, dict):
+                return None
+            obj = obj.get(key)
+        return obj if isinstance(obj, dict) else None
+
+    def pop(self, source: Any) -> Any:
+        """Remove the value at this path and return it, or MISSING (nothing changes)."""
+        parent = self.parent(source)
+        return MISSING if parent is None else parent.pop(self.last, MISSING)
+
+    def set(self, source: dict[str, Any], value: Any) -> None:
+        """Set the value at this path, creating objects on the way (a null there becomes
+        an object); ValueError when a step holds something else."""
+        obj = source
+        for key in self.head:
+            child = obj.get(key)
+            if child is None:
+                child = obj[key] = {}
+            elif not isinstance(child, dict):
+                kind = type(child).__name__
+                msg = f"cannot set {self.dotted}: {key} holds {kind}, not an object"
+                raise ValueError(msg)
+            obj = child
+        obj[self.last] = value
+
+    def __str__(self) -> str:
+        return self.dotted
+
+    def __repr__(self) -> str:
+        return f"FieldPath({self.dotted!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FieldPath) and other.keys == self.keys
+
+    def __hash__(self) -> int:
+        return hash(self.keys)
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (FieldPath, (self.dotted,))

@@ -1,0 +1,117 @@
+"""sinks.model: the one dotted-path walker (one meaning of null) and the exchanged values."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+
+from sinks.model import MISSING, Action, DeadLetter, Doc, FieldPath, Record
+
+REC = Record("orders", 3, 42, 1_714_564_800_123, b"k", b"{}", (("h", b"1"),))
+
+
+# ------------------------------------------------------------------- the meaning of null
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ({"a": {"b": 1}}, 1),
+        ({"a": {"b": None}}, None),  # a null is a value: the path exists
+        ({"a": {"b": {}}}, {}),
+        ({"a": {"b": False}}, False),
+        ({"a": {"b": 0}}, 0),
+        ({"a": {}}, MISSING),  # an absent key
+        ({"a": None}, MISSING),  # a null on the way is no object: the path is missing
+        ({"a": [{"b": 1}]}, MISSING),  # paths never index into lists
+        ({"a": 5}, MISSING),
+        ({}, MISSING),
+        (None, MISSING),  # a tombstone has no body
+        ({"a.b": 1}, MISSING),  # a dotted key cannot be addressed
+    ],
+)
+def test_get_tells_a_null_from_a_missing_path(source: Any, expected: Any) -> None:
+    got = FieldPath("a.b").get(source)
+    assert got == expected
+    assert (got is MISSING) == (expected is MISSING)
+    assert (got is None) == (expected is None)
+
+
+def test_one_key_path() -> None:
+    assert FieldPath("a").get({"a": None}) is None
+    assert FieldPath("a").get({"b": 1}) is MISSING
+    assert FieldPath("a").get(["a"]) is MISSING
+
+
+def test_parent_and_pop_follow_the_same_rule() -> None:
+    src: dict[str, Any] = {"a": {"b": None, "c": 1}, "n": None}
+    assert FieldPath("a.b").parent(src) is src["a"]
+    assert FieldPath("n.x").parent(src) is None
+    assert FieldPath("n.x").pop(src) is MISSING
+    assert FieldPath("a.b").pop(src) is None  # popped a null value
+    assert src == {"a": {"c": 1}, "n": None}
+    assert FieldPath("a.b").pop(src) is MISSING
+    assert FieldPath("x.y").pop(None) is MISSING
+
+
+def test_set_creates_objects_and_replaces_a_null_on_the_way() -> None:
+    src: dict[str, Any] = {"n": None}
+    FieldPath("n.x.y").set(src, 1)
+    FieldPath("new.z").set(src, None)
+    assert src == {"n": {"x": {"y": 1}}, "new": {"z": None}}
+    assert FieldPath("new.z").get(src) is None
+    with pytest.raises(ValueError, match=r"cannot set n\.x\.y\.w: y holds int, not an object"):
+        FieldPath("n.x.y.w").set(src, 2)
+    with pytest.raises(ValueError, match=r"cannot set l\.a: l holds list"):
+        FieldPath("l.a").set({"l": []}, 2)
+
+
+@pytest.mark.parametrize("bad", ["", ".", "a.", ".a", "a..b"])
+def test_empty_segments_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="dotted path"):
+        FieldPath(bad)
+
+
+def test_paths_compare_print_and_pickle() -> None:
+    p = FieldPath("a.b")
+    assert p == FieldPath("a.b") and hash(p) == hash(FieldPath("a.b"))
+    assert p != FieldPath("a") and p != "a.b"
+    assert str(p) == "a.b" and repr(p) == "FieldPath('a.b')"
+    assert (p.head, p.last, p.keys) == (("a",), "b", ("a", "b"))
+    assert pickle.loads(pickle.dumps(p)) == p
+    assert pickle.loads(pickle.dumps(MISSING)) is MISSING
+    assert repr(MISSING) == "MISSING"
+
+
+# ------------------------------------------------------------------ the exchanged values
+
+
+def test_record_names() -> None:
+    assert REC.coordinates == "orders-3-42"
+    assert REC.where == "orders/3@42"
+    assert REC.header("h") == b"1"
+    assert Record("t", 0, 0, None, None, None, (("h", b"1"), ("h", b"2"))).header("h") == b"2"
+    assert REC.header("none") is None
+
+
+def test_exchanged_values_pickle() -> None:
+    action = Action("id", b'{"index":{}}\n{}\n', REC)
+    dead = DeadLetter.from_exception(REC, "index", ValueError("bad"))
+    assert pickle.loads(pickle.dumps(action)) == action
+    assert pickle.loads(pickle.dumps(dead)) == dead
+    assert dead.error_class == "builtins.ValueError"
+    assert dead.stacktrace is None
+    doc = Doc(REC, {"a": 1})
+    assert (doc.key, doc.index, doc.id, doc.routing, doc.delete, doc.meta) == (
+        None, None, None, None, False, {},
+    )  # fmt: skip
+
+
+def test_flows_record_reexports_the_model() -> None:
+    import flows.record
+
+    assert flows.record.Doc is Doc
+    assert flows.record.Record is Record
+    assert flows.record.DeadLetter is DeadLetter
