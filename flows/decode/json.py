@@ -1,0 +1,164 @@
+"""The `json` and `connect-json` converters.
+
+- `json`: `orjson.loads` with the strict rules of `flows.decode.common` (invalid UTF-8,
+  invalid JSON, trailing garbage, NaN/Infinity, lone surrogates, nesting deeper than 1024,
+  integers outside 64 bits are a `DecodeError`). Values must be JSON objects; keys may be
+  any JSON value.
+- `connect-json`: Kafka Connect `JsonConverter`. A message that is an object with exactly
+  the keys `schema` and `payload` is an envelope (`schemas.enable=true`) and yields its
+  payload; anything else is taken as `schemas.enable=false` and used as is. Where the
+  envelope's schema names a Connect logical type, these are converted:
+  `org.apache.kafka.connect.data.Decimal` (base64 big-endian unscaled bytes, `scale`
+  parameter) becomes a plain decimal *string* such as `"12.30"` (a string keeps every digit;
+  Elasticsearch coerces it into numeric fields); `org.apache.kafka.connect.data.Date` (days
+  since the epoch) becomes `"YYYY-MM-DD"` (as a number Elasticsearch would read it as epoch
+  milliseconds). `Timestamp` (epoch milliseconds, what Elasticsearch `date` accepts), `Time`
+  and `bytes` fields (already base64 strings) are kept as they are. A `Decimal` written with
+  `decimal.format=NUMERIC` is already a number and is kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from flows.decode.common import (
+    DIGITS_TO_ZERO,
+    SNIPPET,
+    TWENTY_DIGITS,
+    DecodeError,
+    Decoder,
+    check_big_ints,
+    invalid_json,
+    loads,
+    not_object,
+    snippet,
+)
+
+if TYPE_CHECKING:
+    from flows.config import Settings
+    from flows.record import Record
+
+_CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+_CONNECT_DATE = "org.apache.kafka.connect.data.Date"
+# Bytes both logical type names start with: no hit, no schema walk.
+_CONNECT_CONVERTED_PREFIX = b"org.apache.kafka.connect.data.D"
+_EPOCH = datetime.date(1970, 1, 1)
+
+
+def build_json(settings: Settings, is_value: bool) -> Decoder:
+    """The `json` converter: a value must be an object, a key any JSON value."""
+    return _json_value_decoder() if is_value else _json_key_decoder()
+
+
+def _json_value_decoder() -> Decoder:
+    orjson_loads = orjson.loads
+    json_error = orjson.JSONDecodeError
+    table = DIGITS_TO_ZERO
+    twenty = TWENTY_DIGITS
+
+    def decode_json_value(record: Record) -> dict[str, Any]:
+        data: bytes = record.value  # type: ignore[assignment]  # never None (see flows.decode)
+        try:
+            doc = orjson_loads(data)
+        except json_error as e:
+            raise invalid_json(data, e) from None
+        if type(doc) is not dict:
+            raise not_object(data, doc)
+        if twenty in data.translate(table):
+            check_big_ints(data)
+        return doc
+
+    return decode_json_value
+
+
+def _json_key_decoder() -> Decoder:
+    def decode_json_key(record: Record) -> Any:
+        return loads(record.key)  # type: ignore[arg-type]  # never None
+
+    return decode_json_key
+
+
+def build_connect_json(settings: Settings, is_value: bool) -> Decoder:
+    """The `connect-json` converter (see the module docstring)."""
+
+    def decode_connect(record: Record) -> Any:
+        data: bytes = record.value if is_value else record.key  # type: ignore[assignment]
+        msg = loads(data)
+        if type(msg) is dict and len(msg) == 2 and "schema" in msg and "payload" in msg:
+            payload = msg["payload"]
+            if _CONNECT_CONVERTED_PREFIX in data:
+                try:
+                    payload = _connect_convert(msg["schema"], payload)
+                except RecursionError:
+                    err = f"Connect schema nested too deeply; payload starts {snippet(data)}"
+                    raise DecodeError(err) from None
+        else:
+            payload = msg
+        if is_value and type(payload) is not dict:
+            raise not_object(data, payload, "Connect JSON")
+        return payload
+
+    return decode_connect
+
+
+def _connect_convert(schema: Any, value: Any) -> Any:
+    """Convert the Decimal and Date logical types in `value` as its Connect schema says."""
+    if value is None or type(schema) is not dict:
+        return value
+    name = schema.get("name")
+    if name == _CONNECT_DECIMAL:
+        return _connect_decimal(schema, value)
+    if name == _CONNECT_DATE:
+        return _connect_date(value)
+    kind = schema.get("type")
+    if kind == "struct" and type(value) is dict:
+        for fld in schema.get("fields") or ():
+            if type(fld) is dict and (fname := fld.get("field")) in value:
+                value[fname] = _connect_convert(fld, value[fname])
+    elif kind == "array" and type(value) is list:
+        items = schema.get("items")
+        return [_connect_convert(items, v) for v in value]
+    elif kind == "map":
+        keys, values = schema.get("keys"), schema.get("values")
+        if type(value) is dict:  # string keys: written as an object
+            for k in value:
+                value[k] = _connect_convert(values, value[k])
+        elif type(value) is list:  # other keys: written as [key, value] pairs
+            return [
+                [_connect_convert(keys, p[0]), _connect_convert(values, p[1])]
+                if type(p) is list and len(p) == 2
+                else p
+                for p in value
+            ]
+    return value
+
+
+def _connect_decimal(schema: Mapping[str, Any], value: Any) -> Any:
+    if not isinstance(value, str):
+        return value  # decimal.format=NUMERIC: already a number
+    params = schema.get("parameters")
+    try:
+        scale = int(params["scale"]) if isinstance(params, Mapping) else 0
+        raw = base64.b64decode(value, validate=True)
+    except (KeyError, TypeError, ValueError, binascii.Error):
+        msg = f"Connect Decimal: invalid base64 value or scale parameter {value[:SNIPPET]!r}"
+        raise DecodeError(msg) from None
+    unscaled = int.from_bytes(raw, "big", signed=True)
+    return f"{Decimal(unscaled).scaleb(-scale):f}"
+
+
+def _connect_date(value: Any) -> Any:
+    if type(value) is not int:
+        return value
+    try:
+        return (_EPOCH + datetime.timedelta(days=value)).isoformat()
+    except OverflowError:
+        msg = f"Connect Date: {value} days since the epoch is out of range"
+        raise DecodeError(msg) from None

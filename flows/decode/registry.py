@@ -1,0 +1,287 @@
+"""Schema Registry converters: the lazy client, framing, error classification; avro, json-schema.
+
+`avro`, `json-schema`: Confluent Schema Registry framing (magic byte 0 + schema id, or magic
+byte 1 + schema GUID, or the id in a `__value_schema_id`/`__key_schema_id` header), decoded by
+confluent-kafka's `AvroDeserializer` / `JSONDeserializer` with the writer schema fetched by id
+(cached by the client; subjects use the TOPIC strategy, which only matters for data-contract
+rules). JSON Schema payloads are validated against the writer schema and parsed with the same
+rules as `json`. Avro results are made JSON-compatible: bytes/fixed -> base64 string,
+decimal -> plain decimal string, timestamp/date/time -> ISO 8601 string, uuid -> string; a
+NaN or infinite float is a `DecodeError`. `protobuf` (flows.decode.protobuf) runs through the
+same `RegistryDecoder`.
+
+The Schema Registry client is created on the first record that needs it, inside the
+returned callable, never at import or build time; an unset `timeout` defaults to 30 s (the
+client's own default is to wait forever). Which failures are record errors and which mean
+the registry is unavailable: see flows.decode.common.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import math
+import threading
+from collections.abc import Callable
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, TypeAlias
+from urllib.parse import urlsplit
+from uuid import UUID
+
+from flows.decode.common import (
+    DecodeError,
+    Decoder,
+    RegistryUnavailableError,
+    b64,
+    loads,
+    not_object,
+    short,
+    snippet,
+)
+from flows.errors import ConfigError
+
+if TYPE_CHECKING:
+    from flows.config import Settings
+    from flows.record import Record
+
+Deserializer: TypeAlias = Callable[[bytes, Any], Any]
+"""confluent-kafka's `(data, SerializationContext) -> value`."""
+Post: TypeAlias = Callable[[Any], Any] | None
+"""Applied to each deserialized value (None: the value is already JSON-compatible)."""
+DeserializerFactory: TypeAlias = Callable[[Any, bool], tuple[Deserializer, Post]]
+"""`(client, is_value) -> (deserializer, post)`, called once on the first record; a
+module-level function, so a `RegistryDecoder` pickles by reference to it."""
+
+_REGISTRY_NUMERIC_KEYS = frozenset(
+    {
+        "timeout",
+        "cache.capacity",
+        "cache.latest.ttl.sec",
+        "max.retries",
+        "retries.wait.ms",
+        "retries.max.wait.ms",
+    }
+)
+_REGISTRY_DEFAULT_TIMEOUT_S = 30
+# Schema Registry error codes that mean "no such schema/subject/version": a record problem.
+_NOT_FOUND_CODES = frozenset({40401, 40402, 40403})
+# The deserializers' subject naming; it only matters for data-contract rules.
+_DESERIALIZER_CONF = {"subject.name.strategy.type": "TOPIC"}
+
+
+def build_avro(settings: Settings, is_value: bool) -> Decoder:
+    """The `avro` converter (see the module docstring)."""
+    return RegistryDecoder("avro", is_value, registry_conf(settings), _avro)
+
+
+def _avro(client: Any, is_value: bool) -> tuple[Deserializer, Post]:
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    return AvroDeserializer(client, conf=dict(_DESERIALIZER_CONF)), _jsonable
+
+
+def build_json_schema(settings: Settings, is_value: bool) -> Decoder:
+    """The `json-schema` converter (see the module docstring)."""
+    return RegistryDecoder("json-schema", is_value, registry_conf(settings), _json_schema)
+
+
+def _json_schema(client: Any, is_value: bool) -> tuple[Deserializer, Post]:
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+    deserializer = JSONDeserializer(
+        None, schema_registry_client=client, conf=dict(_DESERIALIZER_CONF), json_decode=loads
+    )
+    return deserializer, None
+
+
+def registry_conf(settings: Settings) -> dict[str, Any]:
+    """The client configuration: URL, SCHEMA_REGISTRY_CONFIG with numbers as numbers."""
+    url: str = settings.schema_registry_url  # type: ignore[assignment]  # checked by the caller
+    for u in url.split(","):
+        if not u.strip().startswith(("http://", "https://")):
+            msg = "SCHEMA_REGISTRY_URL: expected http(s)://host:port URLs separated by commas"
+            raise ConfigError(msg)
+    conf: dict[str, Any] = {"url": url, "timeout": _REGISTRY_DEFAULT_TIMEOUT_S}
+    for key, value in settings.schema_registry_config.items():
+        if key == "url":
+            msg = "SCHEMA_REGISTRY_CONFIG_URL: set SCHEMA_REGISTRY_URL instead"
+            raise ConfigError(msg)
+        if key in _REGISTRY_NUMERIC_KEYS and isinstance(value, str):
+            try:
+                conf[key] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
+            except ValueError:
+                name = "SCHEMA_REGISTRY_CONFIG_" + key.upper().replace(".", "_")
+                msg = f"{name}: expected a number, got {value!r}"
+                raise ConfigError(msg) from None
+        else:
+            conf[key] = value
+    return conf
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions the registry client raises when it gets no HTTP answer."""
+    from confluent_kafka.schema_registry.error import OAuthTokenError
+
+    errors: list[type[BaseException]] = [OAuthTokenError]
+    try:  # the HTTP library confluent-kafka uses: httpx2 if installed, else httpx
+        httpx = importlib.import_module("httpx2")
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        httpx = importlib.import_module("httpx")
+    errors.append(httpx.TransportError)
+    return tuple(errors)
+
+
+def _redacted(url: str) -> str:
+    """The registry URL(s) without any user:password part."""
+    out = []
+    for u in url.split(","):
+        parts = urlsplit(u.strip())
+        out.append(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl())
+    return ",".join(out)
+
+
+class RegistryDecoder:
+    """Decodes Confluent Schema Registry framed records (avro, json-schema, protobuf).
+
+    The client and deserializer are created on the first call, under a lock, so building the
+    decoder and pickling it never touch the network. `make` builds the deserializer from the
+    client (see `DeserializerFactory`).
+    """
+
+    def __init__(
+        self, fmt: str, is_value: bool, conf: dict[str, Any], make: DeserializerFactory
+    ) -> None:
+        self._fmt = fmt
+        self._is_value = is_value
+        self._conf = conf
+        self._make = make
+        self._lock = threading.Lock()
+        self._deserializer: Deserializer | None = None
+        self._post: Post = None
+        self._client: Any = None
+        self._field: Any = None
+        self._ctx: Callable[..., Any] | None = None
+        self._registry_error: type[Exception] | None = None
+        self._unavailable: tuple[type[BaseException], ...] = ()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "fmt": self._fmt,
+            "is_value": self._is_value,
+            "conf": self._conf,
+            "make": self._make,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["fmt"], state["is_value"], state["conf"], state["make"])  # type: ignore[misc]
+
+    def _start(self) -> Deserializer:
+        with self._lock:
+            if self._deserializer is not None:
+                return self._deserializer
+            from confluent_kafka.schema_registry import SchemaRegistryClient, SchemaRegistryError
+            from confluent_kafka.serialization import MessageField, SerializationContext
+
+            try:
+                client = SchemaRegistryClient(self._conf)
+            except (TypeError, ValueError) as e:
+                msg = f"SCHEMA_REGISTRY_CONFIG: {e}"
+                raise ConfigError(msg) from None
+            deserializer, self._post = self._make(client, self._is_value)
+            self._client = client
+            self._field = MessageField.VALUE if self._is_value else MessageField.KEY
+            self._ctx = SerializationContext
+            self._registry_error = SchemaRegistryError
+            self._unavailable = _transport_errors()
+            self._deserializer = deserializer
+            return deserializer
+
+    def __call__(self, record: Record) -> Any:
+        """Decode `record.value` (or `record.key`) through the Schema Registry.
+
+        Args:
+            record: A record whose value (or key) is not None.
+
+        Returns:
+            The decoded value, JSON-compatible; a `dict` for role value.
+
+        Raises:
+            DecodeError: The record is not valid for its schema, or its schema is unknown.
+            RegistryUnavailableError: The registry did not answer usefully (not a record
+                error; see flows.decode.common).
+        """
+        deserializer = self._deserializer or self._start()
+        data: bytes = record.value if self._is_value else record.key  # type: ignore[assignment]
+        assert self._ctx is not None
+        ctx = self._ctx(record.topic, self._field, list(record.headers) or None)
+        try:
+            obj = deserializer(data, ctx)
+        except DecodeError:
+            raise
+        except Exception as e:
+            raise self._classify(e, data) from None
+        post = self._post
+        if post is not None:
+            obj = post(obj)
+        if self._is_value and type(obj) is not dict:
+            raise not_object(data, obj, self._fmt)
+        return obj
+
+    def _classify(self, e: Exception, data: bytes) -> Exception:
+        fmt = self._fmt
+        schema_id = _framed_schema_id(data)
+        if self._registry_error is not None and isinstance(e, self._registry_error):
+            status = getattr(e, "http_status_code", None)
+            code = getattr(e, "error_code", None)
+            text = short(getattr(e, "error_message", "") or "")
+            if code in _NOT_FOUND_CODES:
+                return DecodeError(f"{fmt}: {schema_id} not in the registry: {text}")
+            return RegistryUnavailableError(
+                f"schema registry {_redacted(self._conf['url'])} answered HTTP {status} "
+                f"(error code {code}) fetching {schema_id}: {text}"
+            )
+        if isinstance(e, self._unavailable):
+            return RegistryUnavailableError(
+                f"schema registry {_redacted(self._conf['url'])} unreachable fetching "
+                f"{schema_id}: {type(e).__name__}: {short(str(e))}"
+            )
+        return DecodeError(
+            f"{fmt}: cannot decode record ({schema_id}): "
+            f"{type(e).__name__}: {short(str(e))}; payload starts {snippet(data)}"
+        )
+
+
+def _framed_schema_id(data: bytes) -> str:
+    """`schema id N`, `schema guid G`, the bad magic byte or the empty payload, for messages."""
+    if not data:
+        return "empty payload"
+    if data[0] == 0 and len(data) >= 5:
+        return f"schema id {int.from_bytes(data[1:5], 'big')}"
+    if data[0] == 1 and len(data) >= 17:
+        return f"schema guid {UUID(bytes=bytes(data[1:17]))}"
+    return f"magic byte {data[0]}, expected 0"
+
+
+def _jsonable(value: Any) -> Any:
+    """Make a decoded Avro value JSON-compatible (see the module docstring)."""
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is dict:
+        return {k if type(k) is str else str(k): _jsonable(v) for k, v in value.items()}
+    if t is list or t is tuple:
+        return [_jsonable(v) for v in value]
+    if t is float:
+        if not math.isfinite(value):
+            msg = f"float {value} cannot be indexed (JSON has no NaN or Infinity)"
+            raise DecodeError(msg)
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return b64(bytes(value))
+    if isinstance(value, Decimal):
+        return f"{value:f}"
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    return str(value)

@@ -1,0 +1,225 @@
+"""flows.decode.json: the json and connect-json converters, good and bad records."""
+
+from __future__ import annotations
+
+import base64
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from flows.decode import DecodeError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.unit.decode_support import (
+    key_decoder,
+    rec,
+    value_decoder,
+)
+
+# -- json
+
+
+def test_json_value_object() -> None:
+    decode = value_decoder("json")
+    doc = {"id": 1, "name": "Zoë ☃", "nested": {"a": [1, 2.5, None, True]}}
+    assert decode(rec(orjson.dumps(doc))) == doc
+
+
+def test_json_integer_and_digit_boundaries() -> None:
+    decode = value_decoder("json")
+    raw = (
+        b'{"max": 18446744073709551615, "min": -9223372036854775808,'
+        b' "as_text": "123456789012345678901234567890", "float": 0.12345678901234567890123,'
+        b' "ns": 1718000000123456789, "neg": -922337203685477580}'
+    )
+    doc = decode(rec(raw))
+    assert doc["max"] == 2**64 - 1
+    assert doc["min"] == -(2**63)
+    assert doc["as_text"] == "123456789012345678901234567890"
+    assert isinstance(doc["float"], float)
+    assert doc["ns"] == 1718000000123456789
+    assert doc["neg"] == -922337203685477580
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        (b'{"a": "\xff"}', "UTF-8"),
+        (b"\xef\xbb\xbf{}", "BOM"),
+        (b'{"a": 1,}', "invalid JSON"),
+        (b'{"a": 1} trailing', "after document"),
+        (b'{"a": 1}{"b": 2}', "after document"),
+        (b"", "invalid JSON"),
+        (b"42", "must be an object, got number"),
+        (b'"text"', "must be an object, got string"),
+        (b"null", "must be an object, got null"),
+        (b"[1, 2]", "must be an object, got array"),
+        (b'{"a": NaN}', "invalid JSON"),
+        (b'{"a": Infinity}', "invalid JSON"),
+        (b'{"a": -Infinity}', "invalid JSON"),
+        (b'{"a": 1e999}', "infinity"),
+        (b'{"a": "\\ud800"}', "surrogate"),
+        (b'{"a": 18446744073709551616}', "does not fit in 64 bits"),
+        (b'{"a": -9223372036854775809}', "does not fit in 64 bits"),
+        (b'{"a": [1, {"b": 123456789012345678901234567890}]}', "does not fit in 64 bits"),
+        (b'{"a": ' + b"1" * 5000 + b"}", "infinity"),
+        (b'{"a": ' * 2000 + b"1" + b"}" * 2000, "depth"),
+        (b"[" * 2000 + b"]" * 2000, "depth"),
+    ],
+)
+def test_json_value_rejects(raw: bytes, fragment: str) -> None:
+    with pytest.raises(DecodeError, match="(?i)" + fragment.replace("(", r"\(")):
+        value_decoder("json")(rec(raw))
+
+
+def test_decode_error_message_is_short() -> None:
+    raw = b'{"secret": "' + b"x" * 10_000 + b'"'  # unterminated
+    with pytest.raises(DecodeError) as info:
+        value_decoder("json")(rec(raw))
+    message = str(info.value)
+    assert len(message) < 300
+    assert "x" * 65 not in message
+    assert "10013 bytes" in message
+
+
+def test_json_key_any_value() -> None:
+    decode = key_decoder("json")
+    assert decode(rec(key=b'"k-1"')) == "k-1"
+    assert decode(rec(key=b"42")) == 42
+    assert decode(rec(key=b"[1, 2]")) == [1, 2]
+    assert decode(rec(key=b'{"id": 3}')) == {"id": 3}
+    for bad in (b"nope", b"NaN", b"99999999999999999999999", b'"\\udc00"'):
+        with pytest.raises(DecodeError):
+            decode(rec(key=bad))
+
+
+# -- connect-json
+
+
+def _b64_unscaled(unscaled: int, length: int = 4) -> str:
+    return base64.b64encode(unscaled.to_bytes(length, "big", signed=True)).decode()
+
+
+def _decimal_schema(field: str, scale: int) -> dict[str, Any]:
+    return {
+        "type": "bytes",
+        "optional": True,
+        "name": "org.apache.kafka.connect.data.Decimal",
+        "version": 1,
+        "parameters": {"scale": str(scale), "connect.decimal.precision": "10"},
+        "field": field,
+    }
+
+
+def test_connect_json_envelope_with_logical_types() -> None:
+    schema = {
+        "type": "struct",
+        "optional": False,
+        "name": "shop.Order",
+        "fields": [
+            {"type": "int64", "optional": False, "field": "id"},
+            _decimal_schema("price", 2),
+            _decimal_schema("refund", 3),
+            {
+                "type": "int64",
+                "optional": False,
+                "name": "org.apache.kafka.connect.data.Timestamp",
+                "version": 1,
+                "field": "created",
+            },
+            {
+                "type": "int32",
+                "optional": True,
+                "name": "org.apache.kafka.connect.data.Date",
+                "version": 1,
+                "field": "day",
+            },
+            {"type": "bytes", "optional": True, "field": "blob"},
+            {"type": "array", "items": _decimal_schema("", 1), "field": "history"},
+            {
+                "type": "map",
+                "keys": {"type": "string"},
+                "values": _decimal_schema("", 0),
+                "field": "by_region",
+            },
+            {
+                "type": "struct",
+                "field": "inner",
+                "fields": [_decimal_schema("cost", 2)],
+            },
+            _decimal_schema("missing", 2),
+        ],
+    }
+    payload = {
+        "id": 9,
+        "price": _b64_unscaled(1230),
+        "refund": _b64_unscaled(-1, 1),
+        "created": 1_700_000_000_123,
+        "day": 19_000,
+        "blob": base64.b64encode(b"\x00\xff").decode(),
+        "history": [_b64_unscaled(5), None],
+        "by_region": {"eu": _b64_unscaled(7)},
+        "inner": {"cost": _b64_unscaled(0)},
+        "missing": None,
+    }
+    doc = value_decoder("connect-json")(rec(orjson.dumps({"schema": schema, "payload": payload})))
+    assert doc == {
+        "id": 9,
+        "price": "12.30",
+        "refund": "-0.001",
+        "created": 1_700_000_000_123,
+        "day": "2022-01-08",
+        "blob": "AP8=",
+        "history": ["0.5", None],
+        "by_region": {"eu": "7"},
+        "inner": {"cost": "0.00"},
+        "missing": None,
+    }
+
+
+def test_connect_json_numeric_decimal_and_null_schema() -> None:
+    decode = value_decoder("connect-json")
+    schema = {"type": "struct", "fields": [_decimal_schema("p", 2)]}
+    raw = orjson.dumps({"schema": schema, "payload": {"p": 12.3}})
+    assert decode(rec(raw)) == {"p": 12.3}
+    assert decode(rec(b'{"schema": null, "payload": {"a": 1}}')) == {"a": 1}
+
+
+def test_connect_json_without_envelope() -> None:
+    decode = value_decoder("connect-json")
+    assert decode(rec(b'{"a": 1}')) == {"a": 1}
+    # Not exactly {schema, payload}: a plain document that happens to use those names.
+    raw = b'{"schema": "v2", "payload": {"a": 1}, "extra": true}'
+    assert decode(rec(raw)) == {"schema": "v2", "payload": {"a": 1}, "extra": True}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"schema": {"type": "string"}, "payload": "text"}',
+        b'{"schema": {"type": "array"}, "payload": [1]}',
+        b'{"schema": null, "payload": null}',
+        b"[1, 2]",
+        b"not json",
+        b'{"schema": null, "payload": {"a": NaN}}',
+    ],
+)
+def test_connect_json_value_rejects(raw: bytes) -> None:
+    with pytest.raises(DecodeError):
+        value_decoder("connect-json")(rec(raw))
+
+
+def test_connect_json_bad_decimal() -> None:
+    schema = {"type": "struct", "fields": [_decimal_schema("p", 2)]}
+    raw = orjson.dumps({"schema": schema, "payload": {"p": "not base64!"}})
+    with pytest.raises(DecodeError, match="Decimal"):
+        value_decoder("connect-json")(rec(raw))
+
+
+def test_connect_json_key_may_be_scalar() -> None:
+    decode = key_decoder("connect-json")
+    assert decode(rec(key=b'{"schema": {"type": "string"}, "payload": "k1"}')) == "k1"
+    assert decode(rec(key=b"17")) == 17

@@ -1,0 +1,245 @@
+"""flows.decode.registry: avro and json-schema through the Schema Registry.
+
+They run against tests/schema_registry_stub.py (a stand-in: the real registry cannot
+run here), with payloads made by confluent-kafka's own serializers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import pickle
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient, header_schema_id_serializer
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.serialization import MessageField
+
+from flows.decode import DecodeError, RegistryUnavailableError
+from flows.errors import ConfigError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.schema_registry_stub import SchemaRegistryStub
+from tests.unit.decode_support import (
+    ctx,
+    key_decoder,
+    rec,
+    registry_env,
+    value_decoder,
+)
+
+# -- Schema Registry formats (against the stand-in)
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[SchemaRegistryStub]:
+    with SchemaRegistryStub() as stub:
+        yield stub
+
+
+@pytest.fixture(scope="module")
+def client(registry: SchemaRegistryStub) -> Iterator[SchemaRegistryClient]:
+    with SchemaRegistryClient({"url": registry.url}) as c:
+        yield c
+
+
+ORDER_SCHEMA = orjson.dumps(
+    {
+        "type": "record",
+        "name": "Order",
+        "namespace": "shop",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "note", "type": ["null", "string"], "default": None},
+            {
+                "name": "price",
+                "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+            },
+            {"name": "created", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
+            {"name": "blob", "type": "bytes"},
+            {"name": "digest", "type": {"type": "fixed", "name": "Digest", "size": 2}},
+            {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW"]}},
+            {"name": "tags", "type": {"type": "map", "values": "double"}},
+            {"name": "lines", "type": {"type": "array", "items": "int"}},
+        ],
+    }
+).decode()
+
+ORDER = {
+    "id": 2**40,
+    "note": None,
+    "price": decimal.Decimal("12.30"),
+    "created": datetime.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=datetime.UTC),
+    "day": datetime.date(2024, 5, 6),
+    "ref": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+    "blob": b"\x00\xff",
+    "digest": b"ab",
+    "status": "NEW",
+    "tags": {"w": 1.5},
+    "lines": [1, 2],
+}
+
+
+def test_avro_value(registry: SchemaRegistryStub, client: SchemaRegistryClient) -> None:
+    payload = AvroSerializer(client, ORDER_SCHEMA)(ORDER, ctx())
+    decode = value_decoder("avro", **registry_env(registry))
+    doc = decode(rec(payload))
+    assert doc == {
+        "id": 2**40,
+        "note": None,
+        "price": "12.30",
+        "created": "2024-05-06T07:08:09.123000+00:00",
+        "day": "2024-05-06",
+        "ref": "12345678-1234-5678-1234-567812345678",
+        "blob": "AP8=",
+        "digest": "YWI=",
+        "status": "NEW",
+        "tags": {"w": 1.5},
+        "lines": [1, 2],
+    }
+    assert orjson.loads(orjson.dumps(doc)) == doc  # JSON-compatible
+    assert decode(rec(payload)) == doc  # schema now cached
+
+
+def test_avro_schema_id_in_header(
+    registry: SchemaRegistryStub, client: SchemaRegistryClient
+) -> None:
+    headers: list[tuple[str, bytes | None]] = []
+    serializer = AvroSerializer(
+        client, ORDER_SCHEMA, conf={"schema.id.serializer": header_schema_id_serializer}
+    )
+    payload = serializer(ORDER, ctx(headers=headers))
+    assert headers and headers[0][0] == "__value_schema_id"
+    doc = value_decoder("avro", **registry_env(registry))(rec(payload, headers=tuple(headers)))
+    assert doc["price"] == "12.30"
+
+
+def test_avro_key_scalar(registry: SchemaRegistryStub, client: SchemaRegistryClient) -> None:
+    payload = AvroSerializer(client, '"string"')("k-1", ctx(MessageField.KEY))
+    assert key_decoder("avro", **registry_env(registry))(rec(key=payload)) == "k-1"
+    with pytest.raises(DecodeError, match="must be an object, got string"):
+        value_decoder("avro", **registry_env(registry))(rec(payload))
+
+
+def test_avro_nan_is_rejected(registry: SchemaRegistryStub, client: SchemaRegistryClient) -> None:
+    schema = '{"type": "record", "name": "M", "fields": [{"name": "v", "type": "double"}]}'
+    payload = AvroSerializer(client, schema)({"v": float("nan")}, ctx())
+    with pytest.raises(DecodeError, match="NaN"):
+        value_decoder("avro", **registry_env(registry))(rec(payload))
+
+
+def test_avro_bad_records(registry: SchemaRegistryStub, client: SchemaRegistryClient) -> None:
+    good = AvroSerializer(client, ORDER_SCHEMA)(ORDER, ctx())
+    decode = value_decoder("avro", **registry_env(registry))
+    cases = {
+        "unknown schema id": (b"\x00" + (99_999).to_bytes(4, "big") + good[5:], "id 99999"),
+        "wrong magic byte": (b"\x07" + good[1:], ""),
+        "plain JSON": (b'{"id": 1}', ""),
+        "truncated": (good[:-4], ""),
+        "framing only": (good[:5], ""),
+        "empty": (b"", ""),
+    }
+    for name, (raw, fragment) in cases.items():
+        with pytest.raises(DecodeError, match=fragment or None) as info:
+            decode(rec(raw))
+        assert not isinstance(info.value, RegistryUnavailableError), name
+    assert decode(rec(good))["id"] == 2**40  # still fine afterwards
+
+
+PERSON_SCHEMA = orjson.dumps(
+    {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "Person",
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+        "required": ["name"],
+    }
+).decode()
+
+
+def test_json_schema_value(registry: SchemaRegistryStub, client: SchemaRegistryClient) -> None:
+    payload = JSONSerializer(PERSON_SCHEMA, client)({"name": "Ada", "age": 36}, ctx())
+    decode = value_decoder("json-schema", **registry_env(registry))
+    assert decode(rec(payload)) == {"name": "Ada", "age": 36}
+
+
+def test_json_schema_bad_records(
+    registry: SchemaRegistryStub, client: SchemaRegistryClient
+) -> None:
+    good = JSONSerializer(PERSON_SCHEMA, client)({"name": "Ada"}, ctx())
+    frame = good[:5]
+    decode = value_decoder("json-schema", **registry_env(registry))
+    for raw in (
+        frame + b'{"age": 3}',  # fails validation: name required
+        frame + b'{"name": "Ada", "age": -1}',  # fails validation: minimum
+        frame + b'{"name": "Ada"',  # invalid JSON
+        frame + b'{"name": NaN}',  # NaN
+        frame + b'{"name": "Ada", "age": 99999999999999999999999}',  # beyond 64 bits
+        b"\x00" + (424_242).to_bytes(4, "big") + good[5:],  # unknown schema id
+        b"\x09" + good[1:],  # wrong magic byte
+        b'{"name": "Ada"}',  # no framing at all
+    ):
+        with pytest.raises(DecodeError):
+            decode(rec(raw))
+
+
+def test_registry_client_is_created_lazily(
+    registry: SchemaRegistryStub, client: SchemaRegistryClient
+) -> None:
+    payload = AvroSerializer(client, ORDER_SCHEMA)(ORDER, ctx())
+    before = len(registry.requests)
+    decode = value_decoder("avro", **registry_env(registry))
+    decode = pickle.loads(pickle.dumps(decode))  # picklable before use
+    assert len(registry.requests) == before  # building made no request
+    assert decode(rec(payload))["id"] == 2**40
+    decode = pickle.loads(pickle.dumps(decode))  # and after (the client is not pickled)
+    assert decode(rec(payload))["id"] == 2**40
+
+
+def test_unknown_registry_setting_is_config_error(registry: SchemaRegistryStub) -> None:
+    decode = value_decoder("avro", **registry_env(registry, SCHEMA_REGISTRY_CONFIG_NO_SUCH="1"))
+    with pytest.raises(ConfigError, match="SCHEMA_REGISTRY_CONFIG"):
+        decode(rec(b"\x00\x00\x00\x00\x01\x02"))
+
+
+def test_registry_down_is_not_a_record_error(client: SchemaRegistryClient) -> None:
+    payload = AvroSerializer(client, ORDER_SCHEMA)(ORDER, ctx())
+    stub = SchemaRegistryStub().start()
+    url = stub.url
+    stub.stop()  # nothing listens there any more
+    decode = value_decoder("avro", SCHEMA_REGISTRY_URL=url, SCHEMA_REGISTRY_CONFIG_MAX_RETRIES="0")
+    with pytest.raises(RegistryUnavailableError, match="unreachable") as info:
+        decode(rec(payload))
+    assert not isinstance(info.value, DecodeError)
+
+
+@pytest.mark.parametrize("status", [503, 500, 429, 401, 403])
+def test_registry_error_status_is_not_a_record_error(
+    client: SchemaRegistryClient, status: int
+) -> None:
+    payload = AvroSerializer(client, ORDER_SCHEMA)(ORDER, ctx())
+    with SchemaRegistryStub() as stub:
+        stub.fail_status = status
+        decode = value_decoder("avro", **registry_env(stub))
+        with pytest.raises(RegistryUnavailableError, match=f"HTTP {status}"):
+            decode(rec(payload))
+
+
+def test_registry_url_without_registry_is_not_a_record_error(
+    registry: SchemaRegistryStub, client: SchemaRegistryClient
+) -> None:
+    # A wrong path answers a plain 404 (not a registry "schema not found" code).
+    payload = AvroSerializer(client, ORDER_SCHEMA)(ORDER, ctx())
+    decode = value_decoder(
+        "avro", **registry_env(registry, SCHEMA_REGISTRY_URL=registry.url + "/x")
+    )
+    with pytest.raises(RegistryUnavailableError, match="HTTP 404"):
+        decode(rec(payload))
