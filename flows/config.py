@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flows.decode import CONVERTERS, REGISTRY_FORMATS
 from flows.errors import ConfigError
 from sinks.secrets import Secret
 
 KAFKA_CONFIG_PREFIX = "KAFKA_CONFIG_"
 SCHEMA_REGISTRY_CONFIG_PREFIX = "SCHEMA_REGISTRY_CONFIG_"
 
-VALUE_FORMATS = ("json", "connect-json", "string", "bytes", "avro", "json-schema", "protobuf")
-REGISTRY_FORMATS = ("avro", "json-schema", "protobuf")
+VALUE_FORMATS = tuple(CONVERTERS)  # the converter registry is the only list of formats
 WRITE_METHODS = ("index", "create", "upsert")
 NULL_VALUE_POLICIES = ("ignore", "delete", "dlq", "fail")
 NULL_KEY_POLICIES = ("coordinates", "dlq")
