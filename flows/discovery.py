@@ -30,6 +30,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, cast
@@ -145,7 +146,9 @@ def _watch(settings: Settings, ex: _Execution) -> None:
     seen: dict[str, list[int]] = {}
     last_error = ""
     stop = threading.Event()
-    while not stop.wait(period):
+    # Every process of a cluster looks at the same wall-clock moments, so all of them see a
+    # change within about one look-up of each other (their drains then overlap).
+    while not stop.wait(period - time.time() % period):
         if shutdown.requested():
             return  # stopping anyway (a signal, or another part of the flow)
         for topic, parts in (listed(settings) or {}).items():  # every worker's listing
@@ -184,7 +187,10 @@ def _act(settings: Settings, ex: _Execution, change: Change) -> bool:
         )
         return False
     ex.restart = True
-    shutdown.request(f"Kafka: {what} appeared; restarting to read them")
+    # The dataflow ends once every process of the cluster drained: allow the others one
+    # more look-up to notice.
+    grace = settings.kafka_metadata_refresh_s
+    shutdown.request(f"Kafka: {what} appeared; restarting to read them", grace_s=grace)
     return True
 
 
@@ -235,19 +241,14 @@ def _at_exit() -> None:
         argv = restart_argv()
         if argv is None:
             return
+        if shutdown.signalled():  # a signal while deciding: the operator wants it gone
+            return
         logger.warning("restarting the flow with the same command line: %s", " ".join(argv))
-        _flush()
+        shutdown.flush_logs()
         os.execv(sys.executable, argv)  # noqa: S606 (our own command line, no shell)
     logger.error("es_sink: %s", fatal)
-    _flush()
+    shutdown.flush_logs()
     os._exit(1)
-
-
-def _flush() -> None:
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
 
 
 # -- where a partition starts
@@ -299,29 +300,59 @@ def check_offsets_comparable(settings: Settings, found: Partitions) -> None:
         ex.checked = True
 
 
+_PARTITIONS = "es-sink partitions="
+
+
+def commit_metadata(settings: Settings, topic: str) -> str:
+    """What a commit of `topic` carries: its partition count as this execution listed it."""
+    parts = (listed(settings) or {}).get(topic)
+    return f"{_PARTITIONS}{len(parts)}" if parts else ""
+
+
+def _committed_count(tp: TopicPartition) -> int | None:
+    meta = tp.metadata or ""
+    return int(meta[len(_PARTITIONS) :]) if meta.startswith(_PARTITIONS) else None
+
+
 def _check_offsets(consumer: Consumer, group: str, found: Partitions) -> None:
     tps = [TopicPartition(t, p) for t, ps in found.items() for p in ps]
     committed = consumer.committed(tps, timeout=30)
     for topic, parts in found.items():
         mine = [tp for tp in committed if tp.topic == topic and tp.offset >= 0]
-        without = sorted(set(parts) - {tp.partition for tp in mine})
-        if mine and without:
+        counts = [n for n in map(_committed_count, mine) if n is not None]
+        if counts and max(counts) < len(parts):
             msg = (
-                f"VERSION: topic {topic} has partitions {_ints(without)} without a committed "
-                f"offset of group {group} while the others have one (partitions were added "
-                f"since?); {VERSION_FIX}"
+                f"VERSION: topic {topic} has {len(parts)} partitions, {max(counts)} when group "
+                f"{group} last committed (partitions were added); {VERSION_FIX}"
             )
             raise ConfigError(msg)
+        without = sorted(set(parts) - {tp.partition for tp in mine})
+        if mine and without and not counts:  # commits made before the count was recorded
+            logger.warning(
+                "VERSION=offset: topic %s has partitions %s without a committed offset of "
+                "group %s; if partitions were added since, their offsets do not order the "
+                "writes to a document that moved (%s)",
+                topic,
+                _ints(without),
+                group,
+                VERSION_FIX,
+            )
         for tp in mine:
             _, high = consumer.get_watermark_offsets(tp, timeout=30)
             if tp.offset > high:
-                msg = (
-                    f"VERSION: topic {topic} partition {tp.partition}: group {group} committed "
-                    f"offset {tp.offset}, above the log end {high} (the topic was recreated or "
-                    f"truncated?); its new offsets would lose to the versions already "
-                    f"indexed: use VERSION=none or VERSION=header:<name>, or a new group"
-                )
-                raise ConfigError(msg)
+                origin = f"group {group} committed offset"
+                raise above_log_end(topic, tp.partition, tp.offset, origin, high)
+
+
+def above_log_end(topic: str, partition: int, offset: int, origin: str, high: int) -> ConfigError:
+    """VERSION=offset and a start offset above the log end: the topic was recreated or
+    truncated, so its new offsets are lower than the versions already indexed."""
+    return ConfigError(
+        f"VERSION: topic {topic} partition {partition}: the {origin} {offset} is above the "
+        f"log end {high} (the topic was recreated or truncated?); its new offsets would lose "
+        f"to the versions already indexed: use VERSION=none or VERSION=header:<name>, or a "
+        f"new group and recovery directory"
+    )
 
 
 # -- partitions this run does not read

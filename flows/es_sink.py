@@ -12,6 +12,7 @@ from flows import collector, discovery, shutdown
 from flows.config import Settings
 from flows.errors import ConfigError
 from flows.pipeline import build_flow
+from flows.runtime import run_args
 from flows.source import find_topics
 from sinks.elasticsearch import check_credentials
 
@@ -26,6 +27,16 @@ try:
     _settings = Settings.load()
     # Before any client starts a thread, so that every thread inherits the blocked signals.
     shutdown.install(_settings.shutdown_timeout_s)
+    _epoch_s = run_args().epoch_s
+    if 0 < _settings.shutdown_timeout_s < 2 * _epoch_s + 5:
+        # A stop ends with the epoch it began in, or the next (flows.source): a shorter
+        # timeout cuts short a healthy stop and exits 1.
+        logging.getLogger(__name__).warning(
+            "SHUTDOWN_TIMEOUT_S=%gs is less than two epochs (-s %g) plus 5 s: a stop may "
+            "exit 1 although Elasticsearch and Kafka answer",
+            _settings.shutdown_timeout_s,
+            _epoch_s,
+        )
     flow = build_flow(_settings)
     # This module is the app's entry point, so it may ask Kafka before Bytewax starts: a
     # missing topic or an unreachable broker is then one clear line, not a worker panic.

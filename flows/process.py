@@ -26,6 +26,7 @@ from flows.errors import RecordFailedError
 from flows.policy import ErrorPolicy
 from flows.record import DeadLetter, Doc, Record
 from flows.transforms import Transform, apply_transforms, build_transforms
+from sinks import failing
 from sinks.actions import Action, ActionBuilder, ActionError
 
 Routed = tuple[str, Any]
@@ -50,6 +51,7 @@ class Processor:
         self._null_value = settings.on_null_value
         self._trace = settings.dlq_stacktrace
 
+    @failing.on_error
     def __call__(self, batch: list[Message]) -> list[Routed]:
         """Process one batch in order; see the module docstring."""
         decode_value, decode_key = self._value, self._key

@@ -23,6 +23,8 @@ class RunArgs:
     recovery: bool
     recovery_dir: Path | None = None
     """The recovery directory (`-r`), whose partitions Bytewax resumes from."""
+    epoch_s: float = 10.0
+    """The epoch length (`-s`; Bytewax's default 10 s)."""
 
 
 def run_args() -> RunArgs:
@@ -36,6 +38,7 @@ def run_args() -> RunArgs:
             processes=len(parsed.get("addresses") or [None]),
             recovery=recovery is not None,
             recovery_dir=Path(db_dir) if db_dir is not None else None,
+            epoch_s=_seconds(parsed.get("epoch_interval"), 10.0),
         )
     env = os.environ
     directory = env.get("BYTEWAX_RECOVERY_DIRECTORY")
@@ -44,6 +47,7 @@ def run_args() -> RunArgs:
         processes=len((env.get("BYTEWAX_ADDRESSES") or "x").split(";")),
         recovery=bool(directory),
         recovery_dir=Path(directory) if directory else None,
+        epoch_s=float(env.get("BYTEWAX_SNAPSHOT_INTERVAL") or 10),
     )
 
 
@@ -53,6 +57,11 @@ def restart_argv() -> list[str] | None:
     if _bytewax_run_kwargs() is None or not getattr(sys, "orig_argv", None):
         return None
     return list(sys.orig_argv)
+
+
+def _seconds(interval: Any, default: float) -> float:
+    total = getattr(interval, "total_seconds", None)
+    return float(total()) if callable(total) else default
 
 
 def _bytewax_run_kwargs() -> dict[str, Any] | None:

@@ -48,10 +48,11 @@ def signalled() -> bool:
     return _signals_seen > 0
 
 
-def request(reason: str = "stop requested") -> None:
+def request(reason: str = "stop requested", grace_s: float = 0.0) -> None:
     """Ask the flow to finish as if a signal had arrived (tests, embedding, restarts).
 
-    When `install()` set a timeout, the stop is bounded by it like a signalled one.
+    When `install()` set a timeout, the stop is bounded by it (plus `grace_s`: a restart
+    waits for the other processes of a cluster to notice too) like a signalled one.
     """
     with _lock:
         if _requested.is_set():
@@ -60,7 +61,10 @@ def request(reason: str = "stop requested") -> None:
     logger.warning("%s: finishing the current epoch, flushing and committing, then exiting", reason)
     if _timeout_s:
         threading.Thread(
-            target=_exit_after, args=(_timeout_s,), name="es-sink-stop-timeout", daemon=True
+            target=_exit_after,
+            args=(_timeout_s + grace_s,),
+            name="es-sink-stop-timeout",
+            daemon=True,
         ).start()
 
 
@@ -113,7 +117,13 @@ def _exit_after(seconds: float) -> None:
 
 def _exit(status: int) -> None:
     """Leave now: Bytewax would join worker threads that wait on Elasticsearch forever."""
+    flush_logs()
+    os._exit(status)
+
+
+def flush_logs() -> None:
+    """Write out what was logged, before the process image ends without Python's cleanup."""
     for handler in logging.getLogger().handlers:
         handler.flush()
+    sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(status)

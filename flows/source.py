@@ -37,9 +37,13 @@ from flows import discovery, halt, metrics, shutdown
 from flows.config import Settings
 from flows.errors import ConfigError, PipelineError
 from flows.runtime import run_args
+from sinks import failing
 
 logger = logging.getLogger(__name__)
 
+RECOMMIT_S = 3600.0
+"""Commit an unchanged offset again after this long: a group used through `assign()` loses
+a partition's offset `offsets.retention.minutes` (7 days) after its last commit."""
 _SEP = "/"  # never legal in a topic name, so `topic/partition` splits unambiguously
 _IDLE_WAKE = timedelta(milliseconds=20)
 
@@ -64,6 +68,7 @@ class KafkaSource(FixedPartitionedSource[Message, int]):
         live = [f"{t}{_SEP}{p}" for t, parts in found.items() for p in parts]
         return live + discovery.retired_keys(live)
 
+    @failing.on_error
     def build_part(
         self, step_id: str, for_part: str, resume_state: int | None
     ) -> StatefulSourcePartition[Message, int]:
@@ -198,14 +203,6 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._committed: int | None = committed if committed >= 0 else None
         if resume_offset is not None:
             start, origin = resume_offset, "recovery snapshot"
-            if settings.version == "offset" and resume_offset > high:
-                msg = (
-                    f"VERSION: topic {topic} partition {partition}: the recovery snapshot's "
-                    f"offset {resume_offset} is above the log end {high} (the topic was "
-                    "recreated or truncated?); its new offsets would lose to the versions "
-                    "already indexed: use VERSION=none or VERSION=header:<name>"
-                )
-                raise ConfigError(msg)
         elif self._committed is not None:
             start, origin = self._committed, f"group {settings.group_id} committed offset"
             if run_args().recovery:
@@ -221,6 +218,18 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         else:
             reset = low if settings.auto_offset_reset == "earliest" else high
             start, origin = reset, f"auto.offset.reset={settings.auto_offset_reset}"
+        if start > high:
+            # The topic was recreated or truncated: its offsets began again, and what it
+            # holds now is new. Reading from `start` would skip it (or, under
+            # KAFKA_STOP_AT_END, end at once and commit past it).
+            if settings.version == "offset":
+                raise discovery.above_log_end(topic, partition, start, origin, high)
+            logger.warning(
+                "source %s/%d: offset %d (%s) is above the log end %d (topic recreated or "
+                "truncated?); reading it from its earliest offset %d",
+                topic, partition, start, origin, high, low,
+            )  # fmt: skip
+            start = low
         if start < low:
             logger.warning(
                 "source %s/%d: offset %d (%s) is gone (retention); the earliest is %d",
@@ -230,6 +239,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._next = start
         self._end = high
         self._pending: int | None = None
+        self._committed_at = time.monotonic()
+        # The topic's partition count goes with every commit, so that a start can tell
+        # partitions added since (VERSION=offset) from offsets that merely expired.
+        self._commit_metadata = discovery.commit_metadata(settings, topic)
         self._held_snapshotted = False
         self._inflight = 0  # asynchronous commits not yet answered
         self._consumer.assign([TopicPartition(topic, partition, self._next)])
@@ -244,6 +257,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
 
     # -- Bytewax calls
 
+    @failing.on_error
     def next_batch(self) -> list[Message]:
         """Commit what the previous epoch made durable, then read what is ready (never blocks)."""
         held = halt.held(self._topic, self._partition)
@@ -278,6 +292,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         """Sleep briefly when idle instead of spinning on an empty partition."""
         return self._awake
 
+    @failing.on_error
     def snapshot(self) -> int:
         """The next offset to read, but never past a record the processor has not examined
         yet; committed to the group once this epoch is durable."""
@@ -289,7 +304,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         if held is not None:  # resume at the failed record, never past it
             offset = min(offset, held[0])
             self._held_snapshotted = True
-        if offset != self._committed:
+        if offset != self._committed or time.monotonic() - self._committed_at > RECOMMIT_S:
             self._pending = offset
         high = self._consumer.get_watermark_offsets(
             TopicPartition(self._topic, self._partition), cached=True
@@ -319,7 +334,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     def _commit(self, offset: int, final: bool) -> None:
         """Commit `offset`; `_committed` moves only when Kafka confirms (`_on_commit`), so a
         failed commit is queued again by the next snapshot."""
-        tp = TopicPartition(self._topic, self._partition, offset)
+        tp = TopicPartition(self._topic, self._partition, offset, self._commit_metadata)
         self._pending = None
         if final:
             # An earlier asynchronous commit still parked in librdkafka (broker away) could
@@ -361,6 +376,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                                self._topic, self._partition, tp.error)  # fmt: skip
             else:
                 self._committed = tp.offset
+                self._committed_at = time.monotonic()
 
     def _check(self, msg: Message) -> bool:
         err = msg.error()

@@ -320,7 +320,7 @@ def test_version_offset_stops_when_partitions_are_added_while_running(
     # Nor does it start again until VERSION changes.
     run = run_flow(services, env)
     assert run.returncode != 0
-    assert f"VERSION: topic {topic} has partitions 1 without a committed offset" in run.output
+    assert f"VERSION: topic {topic} has 2 partitions, 1 when group {topic} last" in run.output
     assert "Traceback" not in run.output
     assert run_flow(services, {**env, "VERSION": "none"}).returncode == 0
     assert search_all(es, topic)["x"]["v"] == 101
@@ -338,7 +338,7 @@ def test_version_offset_refuses_a_topic_that_got_partitions_while_stopped(servic
 
     run = run_flow(services, env)
     assert run.returncode != 0, run.output  # before: exit 0 with x at v100, the 409 "done"
-    assert f"VERSION: topic {topic} has partitions 1 without a committed offset" in run.output
+    assert f"VERSION: topic {topic} has 2 partitions, 1 when group {topic} last" in run.output
     assert "Traceback" not in run.output
     assert search_all(es, topic)["x"]["v"] == 100
 
@@ -354,7 +354,10 @@ def test_version_offset_refuses_a_group_offset_above_the_log_end(services, es, n
 
     run = run_flow(services, {"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": topic, "VERSION": "offset"})
     assert run.returncode != 0, run.output
-    assert f"VERSION: topic {topic} partition 0: group {topic} committed offset 50" in run.output
+    assert (
+        f"VERSION: topic {topic} partition 0: the group {topic} committed offset 50 is above"
+        in (run.output)
+    )
     assert "Traceback" not in run.output
 
 
@@ -388,5 +391,26 @@ def test_version_offset_refuses_a_recreated_topic_behind_its_snapshot(
 
     run = run_flow(services, env, "-r", str(recovery), *RECOVERY)
     assert run.returncode != 0, run.output  # before: exit 0 with x at v10, v11..v13 "done"
-    assert f"VERSION: topic {topic} partition 0: the recovery snapshot's offset 10" in run.output
+    assert f"VERSION: topic {topic} partition 0: the recovery snapshot 10 is above" in run.output
     assert search_all(es, topic)["x"]["v"] == 10
+
+
+def test_a_recreated_topic_behind_its_snapshot_is_read_from_its_beginning(
+    services: Services, es, names, tmp_path
+):
+    """A start offset above the log end (the topic was recreated or truncated) used to be
+    kept: under KAFKA_STOP_AT_END the run ended at once and committed past the new records."""
+    topic = names("recreate")
+    create_topic(services.kafka, topic)
+    produce(services.kafka, topic, _versions(10))
+    recovery = _recovery_dir(tmp_path)
+    env = {"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": topic}
+    assert run_flow(services, env, "-r", str(recovery), *RECOVERY).returncode == 0
+    _recreate(services.kafka, topic)
+    produce(services.kafka, topic, _versions(3, start=11))
+
+    run = run_flow(services, env, "-r", str(recovery), *RECOVERY)
+    assert run.returncode == 0, run.output[-3000:]
+    assert "is above the log end 3" in run.output
+    assert search_all(es, topic)["x"]["v"] == 13
+    assert committed_offsets(services.kafka, topic, topic) == {0: 3}

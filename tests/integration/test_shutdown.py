@@ -148,3 +148,43 @@ def test_second_signal_during_outage_exits_at_once(
     assert took < 3, took
     assert "second SIGTERM: exiting now" in output
     assert all(o < 0 for o in committed_offsets(services.kafka, topic, topic).values())
+
+
+def test_a_failure_outside_the_sinks_ends_the_process_while_a_bulk_waits(
+    services: Services, names: object, blackhole: Blackhole, tmp_path: Path
+) -> None:
+    """One worker's processor stops the flow (DLQ_MAX_CONSECUTIVE) while the other worker
+    waits in the sink for a bulk to an unreachable Elasticsearch: Bytewax joins that
+    worker, which used to wait for the bulk forever."""
+    topic, dlq = names("fail"), names("fail-dlq")  # type: ignore[operator]
+    create_topic(services.kafka, topic, 2)
+    create_topic(services.kafka, dlq)
+
+    def good(start: int) -> list[tuple[bytes, bytes]]:
+        return [(f"k{i}".encode(), b'{"n": 1}') for i in range(start, start + 200)]
+
+    produce(services.kafka, topic, good(0), 0)
+    log = tmp_path / "flow.log"
+    env = {
+        "KAFKA_TOPICS": topic,
+        "KAFKA_GROUP_ID": topic,
+        "KAFKA_STOP_AT_END": "false",
+        "ES_HOSTS": f"http://127.0.0.1:{blackhole.port}",
+        "ES_REQUEST_TIMEOUT_S": "2",
+        "ES_SINK_PARTITIONS": "1",  # every write waits behind the one bulk in flight
+        "BULK_MAX_ACTIONS": "100",  # a full buffer waits for the bulk in flight
+        "ERRORS_TOLERANCE": "all",
+        "DLQ_TOPIC": dlq,
+        "DLQ_MAX_CONSECUTIVE": "2",
+    }
+    # A long epoch: the failing records are read in the epoch the sink is stuck in.
+    proc = start_flow(services, env, "-w", "2", "-s", "60", log=log)
+    wait_for(lambda: b"_bulk" in blackhole.received, 60, "a _bulk request to the blackhole")
+    produce(services.kafka, topic, good(200), 0)  # the next write waits for that bulk
+    time.sleep(2)
+    produce(services.kafka, topic, [(f"b{i}".encode(), b"{bad") for i in range(5)], 1)
+    status = _exit_within(proc, 30)
+    output = log.read_text()
+    assert status not in (None, 0), f"exit {status}:\n{output[-3000:]}"
+    assert "DLQ_MAX_CONSECUTIVE=2" in output
+    assert all(o < 0 for o in committed_offsets(services.kafka, topic, topic).values())
