@@ -586,7 +586,8 @@ def _check_offsets_comparable(
     if doc_id not in ("key", "coordinates"):  # a coordinates id has one record, so one partition
         msg = f"{why} the document id must be the record key (DOC_ID=key), got {doc_id!r}; {fix}"
         raise ConfigError(f"VERSION: {msg}")
-    indices = [index_map.get(t, es_index) for t in topics]
+    # With a regex the topics are not known yet: every mapped index may receive its topic.
+    indices = [index_map.get(t, es_index) for t in topics] or list(index_map.values())
     indices = [i for i in indices if "{topic}" not in i]  # the others differ per topic
     clash = next((i for i in indices if indices.count(i) > 1), None)
     if clash is not None or (topics_regex and "{topic}" not in es_index):

@@ -680,6 +680,7 @@ def test_deletes_that_find_their_document_are_accepted(tmp_path: Path) -> None:
         {"KAFKA_TOPICS": "a,b", "ES_INDEX_MAP": "a:x,b:x"},
         {"KAFKA_TOPICS": "a,b", "ES_INDEX_MAP": "a:b-idx", "ES_INDEX": "b-idx"},
         {"KAFKA_TOPICS": "", "KAFKA_TOPICS_REGEX": "orders.*", "ES_INDEX": "orders"},
+        {"KAFKA_TOPICS": "", "KAFKA_TOPICS_REGEX": "o.*", "ES_INDEX_MAP": "o1:x,o2:x"},
     ],
 )
 def test_offset_versions_across_partitions_are_refused(env: dict[str, str]) -> None:
