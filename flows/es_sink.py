@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from flows import collector, discovery, shutdown
+from flows import collector, discovery, shutdown, sink_config
 from flows.config import Settings
 from flows.errors import ConfigError
 from flows.pipeline import build_flow
@@ -42,7 +42,7 @@ try:
     # missing topic or an unreachable broker is then one clear line, not a worker panic.
     # VERSION=offset on a topic that got partitions or was recreated: refused here too.
     discovery.check_offsets_comparable(_settings, find_topics(_settings))
-    check_credentials(_settings)
+    check_credentials(sink_config.connection(_settings))  # the sink's client, shared
 except ConfigError as _e:
     sys.exit(f"es_sink: configuration error: {_e}")
 

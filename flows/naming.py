@@ -1,68 +1,10 @@
-"""Index name templates: `{topic}` and date patterns such as `logs-{yyyy.MM.dd}`.
-
-A template is compiled once; rendering caches the date part per UTC hour, so the per-record
-cost is a dict lookup, not a strftime.
-"""
+"""Index name patterns live with the sink that renders them
+(`sinks.elasticsearch.index_names.IndexName`); `IndexTemplate` is the old name."""
 
 from __future__ import annotations
 
-import re
-import time
+from sinks.elasticsearch.index_names import IndexName
 
-_FIELD = re.compile(r"\{([^{}]*)\}")
-_DATE_TOKEN = re.compile(r"yyyy|yy|MM|dd|HH")
-_STRFTIME = {"yyyy": "%Y", "yy": "%y", "MM": "%m", "dd": "%d", "HH": "%H"}
+IndexTemplate = IndexName
 
-
-class IndexTemplate:
-    """A compiled index name template; `render(topic, timestamp_ms)` gives the index."""
-
-    __slots__ = ("_cache", "_parts", "has_date", "template")
-
-    def __init__(self, template: str) -> None:
-        self.template = template
-        # Each part is ("lit", text), ("topic", "") or ("date", strftime pattern).
-        self._parts: list[tuple[str, str]] = []
-        pos = 0
-        for m in _FIELD.finditer(template):
-            if m.start() > pos:
-                self._parts.append(("lit", template[pos : m.start()]))
-            name = m.group(1)
-            if name == "topic":
-                self._parts.append(("topic", ""))
-            elif _DATE_TOKEN.search(name) and not re.sub(r"yyyy|yy|MM|dd|HH|[^A-Za-z]", "", name):
-                self._parts.append(("date", _DATE_TOKEN.sub(lambda t: _STRFTIME[t.group(0)], name)))
-            else:
-                msg = (
-                    f"unknown placeholder {{{name}}} in {template!r}; "
-                    "use {topic} or a date pattern of yyyy, yy, MM, dd, HH"
-                )
-                raise ValueError(msg)
-            pos = m.end()
-        if pos < len(template):
-            self._parts.append(("lit", template[pos:]))
-        self.has_date = any(kind == "date" for kind, _ in self._parts)
-        self._cache: dict[tuple[str, int], str] = {}
-
-    @property
-    def is_static(self) -> bool:
-        """True when the template renders the same name for every record."""
-        return all(kind == "lit" for kind, _ in self._parts)
-
-    def render(self, topic: str, timestamp_ms: int | None) -> str:
-        """The index name for a record of `topic` at `timestamp_ms` (UTC; now if None)."""
-        if timestamp_ms is None or timestamp_ms < 0:
-            timestamp_ms = int(time.time() * 1000)
-        hour = timestamp_ms // 3_600_000 if self.has_date else 0
-        key = (topic, hour)
-        name = self._cache.get(key)
-        if name is None:
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            tm = time.gmtime(hour * 3600)
-            name = "".join(
-                text if kind == "lit" else topic if kind == "topic" else time.strftime(text, tm)
-                for kind, text in self._parts
-            )
-            self._cache[key] = name
-        return name
+__all__ = ["IndexName", "IndexTemplate"]

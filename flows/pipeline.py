@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
 
+from flows import sink_config
 from flows.config import Settings
 from flows.process import Processor, is_documents
 from flows.runtime import run_args
@@ -49,9 +50,13 @@ def build_flow(
     messages = op.input("kafka", flow, KafkaSource(settings))
     processed = op.flat_map_batch("process", messages, Processor(settings, transforms, parts))
     routed = op.branch("route", processed, is_documents)
-    op.output("elasticsearch", routed.trues, ElasticsearchSink(settings, parts))
-    if settings.dlq_topic:
-        op.output("dead-letters", routed.falses, DeadLetterSink(settings, parts))
+    # The sinks see only their own frozen configs (`flows.sink_config`), never Settings.
+    stored = run_args().recovery_dir  # their partitions a recovery store holds beyond `parts`
+    es = ElasticsearchSink(sink_config.es_sink(settings), parts, stored)
+    op.output("elasticsearch", routed.trues, es)
+    dead_letters = sink_config.dead_letters(settings)
+    if dead_letters is not None:
+        op.output("dead-letters", routed.falses, DeadLetterSink(dead_letters, parts, stored))
     else:
         # Without a topic the error policy stops the flow before any dead letter exists;
         # should one appear anyway, fail rather than drop it.
@@ -63,6 +68,6 @@ def default_partitions() -> int:
     """At least the total worker count of this run, and at least MIN_PARTITIONS.
 
     The count may change between runs: a recovery store written with more partitions still
-    resumes, as the sinks also list the extra ones it holds (`flows.recovery_store`)."""
+    resumes, as the sinks also list the extra ones it holds (`sinks.partitioned`)."""
     args = run_args()
     return max(MIN_PARTITIONS, args.workers_per_process * args.processes)

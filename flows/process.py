@@ -19,15 +19,16 @@ from typing import Any, cast
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
-from flows import halt, metrics
+from flows import halt, metrics, sink_config
 from flows.config import Settings
 from flows.decode import DecodeError, build_decoder
 from flows.errors import RecordFailedError
-from flows.policy import ErrorPolicy
 from flows.record import DeadLetter, Doc, Record
 from flows.transforms import Transform, apply_transforms, build_transforms
 from sinks import failing
-from sinks.actions import Action, ActionBuilder, ActionError
+from sinks.dead_letter.policy import ErrorPolicy
+from sinks.elasticsearch.actions import ActionBuilder, ActionError
+from sinks.model import Action
 
 Routed = tuple[str, Any]
 """`(sink partition number, list[Action])` for Elasticsearch or `(number, DeadLetter)`."""
@@ -46,8 +47,8 @@ class Processor:
         self._value = build_decoder(settings, "value")
         self._key = build_decoder(settings, "key")
         self._transforms = build_transforms(settings.transforms) + list(transforms)
-        self._actions = ActionBuilder(settings)
-        self._policy = ErrorPolicy(settings, "decode/transform")
+        self._actions = ActionBuilder(sink_config.documents(settings))
+        self._policy = ErrorPolicy(sink_config.tolerance(settings), "decode/transform")
         self._null_value = settings.on_null_value
         self._trace = settings.dlq_stacktrace
 

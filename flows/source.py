@@ -38,6 +38,7 @@ from flows.config import Settings
 from flows.errors import ConfigError, PipelineError
 from flows.runtime import run_args
 from sinks import failing
+from sinks.backoff import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,10 @@ class KafkaSource(FixedPartitionedSource[Message, int]):
         return KafkaSourcePartition(self._settings, topic, int(partition), resume_state)
 
 
+METADATA_BACKOFF = Backoff(initial_s=0.05, max_s=1.0, budget_s=30.0)
+"""Looking up the topics: 30 s of tries (each waits up to 2 s for an answer)."""
+
+
 def find_topics(settings: Settings) -> dict[str, list[int]]:
     """The partitions of KAFKA_TOPICS or KAFKA_TOPICS_REGEX; ConfigError if none or missing,
     or if DLQ_TOPIC is missing or among them (the flow would read its own dead letters)."""
@@ -100,7 +105,7 @@ def find_topics(settings: Settings) -> dict[str, list[int]]:
         admin = AdminClient(s.librdkafka(error_cb=on_error))
     except KafkaException as e:
         raise kafka_config_error(e) from None
-    deadline = time.monotonic() + 30
+    retries = METADATA_BACKOFF.start()
     while True:
         try:
             meta = admin.list_topics(timeout=2)
@@ -113,9 +118,10 @@ def find_topics(settings: Settings) -> dict[str, list[int]]:
                     f"credentials: {auth_errors[0].str()}"
                 )
                 raise ConfigError(msg) from None
-            if time.monotonic() > deadline:
+            if retries.over_budget():
                 msg = f"KAFKA_BOOTSTRAP_SERVERS: cannot reach Kafka at {s.bootstrap_servers}: {e}"
                 raise ConfigError(msg) from None
+            retries.sleep(retries.next_delay())
     if s.dlq_topic and s.dlq_topic not in meta.topics:
         msg = (
             f"DLQ_TOPIC: no topic {s.dlq_topic} on {s.bootstrap_servers}; create it (the "
@@ -389,13 +395,19 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         raise KafkaSourceError(msg_)
 
 
-def _retry(call: Callable[[], Any], attempts: int = 10) -> None:
-    for attempt in range(attempts):
+COMMIT_BACKOFF = Backoff(initial_s=0.1, max_s=5.0, tries=9)
+"""The final commit: 10 tries, waits of at most 0.2, 0.4 ... 5 s between them."""
+
+
+def _retry(call: Callable[[], Any], backoff: Backoff = COMMIT_BACKOFF) -> None:
+    retries = backoff.start()
+    while True:
         try:
             call()
             return
         except KafkaException as e:
-            if attempt == attempts - 1:
+            if retries.exhausted():
                 raise
-            logger.warning("offset commit failed, retrying: %s", e)
-            time.sleep(min(0.2 * 2**attempt, 5))
+            delay = retries.next_delay()
+            logger.warning("offset commit failed, retrying in %.1fs: %s", delay, e)
+            retries.sleep(delay)

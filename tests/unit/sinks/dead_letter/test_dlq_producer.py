@@ -8,11 +8,37 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from flows import sink_config
 from flows.config import Settings
-from flows.errors import DeadLetterDeliveryError
-from flows.record import DeadLetter, Record
 from sinks import failing
-from sinks.dead_letter import VALUE_OMITTED_HEADER, DeadLetterProducer
+from sinks.dead_letter.headers import VALUE_OMITTED_HEADER
+from sinks.dead_letter.producer import DeadLetterProducer
+from sinks.errors import DeadLetterDeliveryError
+from sinks.model import DeadLetter, Record
+
+PRODUCER = "sinks.dead_letter.producer.Producer"
+
+
+class FakeClock:
+    """Records sleeps instead of sleeping; `on_sleep` may act on each."""
+
+    def __init__(self, on_sleep: Any = None) -> None:
+        self.now = 0.0
+        self.on_sleep = on_sleep
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float, /) -> None:
+        self.now += seconds
+        if self.on_sleep is not None:
+            self.on_sleep(seconds)
+
+
+def dlq_producer(env: dict[str, str], clock: Any = None) -> DeadLetterProducer:
+    config = sink_config.dead_letters(Settings.load(env))
+    assert config is not None
+    return DeadLetterProducer(config, clock or FakeClock())
 
 
 class FakeProducer:
@@ -45,11 +71,10 @@ class FakeProducer:
 
 def _producer(monkeypatch, fake: list[FakeProducer], local: bool) -> DeadLetterProducer:
     monkeypatch.setattr(
-        "sinks.dead_letter.Producer",
+        PRODUCER,
         lambda conf: fake.append(FakeProducer(conf, local=local)) or fake[-1],
     )
-    monkeypatch.setattr("sinks.dead_letter.time.sleep", lambda s: None)
-    return DeadLetterProducer(Settings.load({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq"}))
+    return dlq_producer({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq"})
 
 
 BIG = DeadLetter(Record("t", 2, 7, None, b"k", b"x" * 500), "index", "E", "too big for ES")
@@ -96,12 +121,11 @@ class BatchLimitProducer(FakeProducer):
 
 def _batch_producer(monkeypatch, fake: list[FakeProducer], **env: str) -> DeadLetterProducer:
     monkeypatch.setattr(
-        "sinks.dead_letter.Producer",
+        PRODUCER,
         lambda conf: fake.append(BatchLimitProducer(conf)) or fake[-1],
     )
-    monkeypatch.setattr("sinks.dead_letter.time.sleep", lambda s: None)
     monkeypatch.setattr(DeadLetterProducer, "_topic_limit", lambda self: "100", raising=False)
-    return DeadLetterProducer(Settings.load({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq", **env}))
+    return dlq_producer({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq", **env})
 
 
 def _letter(offset: int, size: int) -> DeadLetter:
@@ -160,33 +184,58 @@ class FlakyProducer(FakeProducer):
 
 def test_dlq_retry_budget_s_bounds_transient_retries(monkeypatch):
     fake: list[FakeProducer] = []
-    monkeypatch.setattr(
-        "sinks.dead_letter.Producer", lambda conf: fake.append(FlakyProducer(conf)) or fake[-1]
-    )
-    clock = [0.0]
-    monkeypatch.setattr(
-        "sinks.dead_letter.time.sleep", lambda s: clock.__setitem__(0, clock[0] + s)
-    )
-    monkeypatch.setattr("sinks.dead_letter.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr(PRODUCER, lambda conf: fake.append(FlakyProducer(conf)) or fake[-1])
+    clock = FakeClock()
     env = {
         "KAFKA_TOPICS": "t",
         "DLQ_TOPIC": "dlq",
         "DLQ_RETRY_BUDGET_S": "5",
         "ES_RETRY_BUDGET_S": "0",
     }
-    producer = DeadLetterProducer(Settings.load(env))
+    producer = dlq_producer(env, clock)
     with pytest.raises(DeadLetterDeliveryError, match=r"for over DLQ_RETRY_BUDGET_S=5\.0s"):
         producer.send([SMALL])
-    assert 5 < clock[0] < 5 + 10.0  # gave up within one backoff of the budget
+    assert 5 < clock.now < 5 + 10.0  # gave up within one backoff of the budget
     assert failing.failing()
 
 
 def test_transient_retries_stop_once_the_flow_is_failing(monkeypatch):
     fake: list[FakeProducer] = []
-    monkeypatch.setattr(
-        "sinks.dead_letter.Producer", lambda conf: fake.append(FlakyProducer(conf)) or fake[-1]
-    )
-    monkeypatch.setattr("sinks.dead_letter.time.sleep", lambda s: failing.mark())
-    producer = DeadLetterProducer(Settings.load({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq"}))
+    monkeypatch.setattr(PRODUCER, lambda conf: fake.append(FlakyProducer(conf)) or fake[-1])
+    clock = FakeClock(on_sleep=lambda _s: failing.mark())
+    producer = dlq_producer({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq"}, clock)
     with pytest.raises(DeadLetterDeliveryError, match="the flow is stopping"):
         producer.send([SMALL])
+
+
+class FlakyThenFine(FakeProducer):
+    """The first `failures` flushes fail every delivery; then the broker is back."""
+
+    def __init__(self, conf: dict[str, Any], failures: int) -> None:
+        super().__init__(conf)
+        self.failures = failures
+
+    def flush(self, timeout: float) -> int:
+        if self.failures:
+            self.failures -= 1
+            for cb, _err in self.reports:
+                cb(KafkaError(KafkaError.NOT_ENOUGH_REPLICAS), None)
+            self.reports.clear()
+            return 0
+        return super().flush(timeout)
+
+
+def test_dead_letters_have_their_own_budget_and_full_jitter_backoff(monkeypatch):
+    """ES_RETRY_BUDGET_S bounds Elasticsearch, not the dead-letter topic (it once did)."""
+    fake: list[FakeProducer] = []
+    monkeypatch.setattr(PRODUCER, lambda conf: fake.append(FlakyThenFine(conf, 30)) or fake[-1])
+    sleeps: list[float] = []
+    clock = FakeClock(on_sleep=sleeps.append)
+    env = {"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq", "ES_RETRY_BUDGET_S": "1"}
+    dlq_producer(env, clock).send([SMALL])  # returns: confirmed at the 31st try
+    assert fake[0].failures == 0 and not fake[0].reports
+    assert len(sleeps) == 30 and clock.now > 1  # DLQ_RETRY_BUDGET_S=0: retried on
+    caps = [min(10.0, 0.1 * 2**n) for n in range(1, 31)]
+    assert all(0 <= s <= c for s, c in zip(sleeps, caps, strict=True))
+    assert max(sleeps) > 5.0  # doubling reaches the 10 s cap
+    assert not failing.failing()

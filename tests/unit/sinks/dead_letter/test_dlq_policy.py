@@ -1,4 +1,5 @@
-"""flows.policy.ErrorPolicy, dead-letter headers (sinks.dead_letter) and error pickling."""
+"""sinks.dead_letter.policy.ErrorPolicy: ERRORS_TOLERANCE and the dead-letter circuit
+breaker, alone and shared by worker threads."""
 
 from __future__ import annotations
 
@@ -9,27 +10,20 @@ from collections.abc import Sequence
 
 import pytest
 
+from flows import sink_config
 from flows.config import Settings
-from flows.errors import (
-    ConfigError,
-    DeadLetterDeliveryError,
-    DeadLetterLimitError,
-    ElasticsearchUnavailableError,
-    RecordFailedError,
-)
-from flows.policy import ErrorPolicy
-from flows.record import DeadLetter, Record
-from sinks.dead_letter import MAX_MESSAGE_CHARS, MAX_STACKTRACE_CHARS, error_headers
-
-P = "__connect.errors."
+from sinks.dead_letter.config import ErrorTolerance
+from sinks.dead_letter.policy import ErrorPolicy
+from sinks.errors import DeadLetterLimitError, RecordFailedError
+from sinks.model import DeadLetter, Record
 
 
-def settings(**env: str) -> Settings:
-    return Settings.load({"KAFKA_TOPICS": "orders", **env})
+def tolerance(**env: str) -> ErrorTolerance:
+    return sink_config.tolerance(Settings.load({"KAFKA_TOPICS": "orders", **env}))
 
 
 def tolerant(**env: str) -> ErrorPolicy:
-    return ErrorPolicy(settings(ERRORS_TOLERANCE="all", DLQ_TOPIC="dead", **env), "test part")
+    return ErrorPolicy(tolerance(ERRORS_TOLERANCE="all", DLQ_TOPIC="dead", **env), "test part")
 
 
 def rec(offset: int = 42, partition: int = 3, topic: str = "orders") -> Record:
@@ -80,7 +74,7 @@ def oks(n: int) -> list[None]:
 
 
 def test_tolerance_none_raises_on_the_first_failure() -> None:
-    policy = ErrorPolicy(settings(), "decode/transform")
+    policy = ErrorPolicy(tolerance(), "decode/transform")
     with pytest.raises(RecordFailedError) as info:
         walk(policy, [*oks(5), dl(7, "deserialize", "invalid JSON"), dl(8)])
     e = info.value
@@ -94,7 +88,7 @@ def test_tolerance_none_raises_on_the_first_failure() -> None:
 
 
 def test_tolerance_none_raises_whatever_the_run() -> None:
-    policy = ErrorPolicy(settings(), "x")
+    policy = ErrorPolicy(tolerance(), "x")
     with pytest.raises(RecordFailedError, match="orders/3@1 "):
         policy.failed(dl(1), 1)
     with pytest.raises(RecordFailedError, match="orders/3@2 "):
@@ -102,7 +96,7 @@ def test_tolerance_none_raises_whatever_the_run() -> None:
 
 
 def test_tolerance_none_without_failures_is_quiet() -> None:
-    policy = ErrorPolicy(settings(), "x")
+    policy = ErrorPolicy(tolerance(), "x")
     walk(policy, oks(100))
     walk(policy, [])
     assert (policy.seen, policy.failed_total, policy.consecutive) == (100, 0, 0)
@@ -111,7 +105,7 @@ def test_tolerance_none_without_failures_is_quiet() -> None:
 @pytest.mark.parametrize("stage", ["deserialize", "transform", "index"])
 def test_tolerance_none_names_the_stage(stage: str) -> None:
     with pytest.raises(RecordFailedError, match=f"at stage {stage}:"):
-        walk(ErrorPolicy(settings(), "x"), [dl(stage=stage)])
+        walk(ErrorPolicy(tolerance(), "x"), [dl(stage=stage)])
 
 
 def test_tolerance_all_without_limits_never_raises() -> None:
@@ -255,149 +249,9 @@ def test_ratio_limit_error_names_the_last_record() -> None:
     assert str(back) == msg
 
 
-# ------------------------------------------------------------------------ error headers
-
-
-def header_dict(headers: list[tuple[str, bytes]]) -> dict[str, bytes]:
-    d = dict(headers)
-    assert len(d) == len(headers)
-    return d
-
-
-def test_error_headers_exact() -> None:
-    letter = DeadLetter(
-        rec(offset=1234, partition=5, topic="pay"), "index", "elasticsearch.x", "it failed"
-    )
-    assert error_headers(letter) == [
-        (P + "topic", b"pay"),
-        (P + "partition", b"5"),
-        (P + "offset", b"1234"),
-        (P + "stage", b"index"),
-        (P + "exception.class.name", b"elasticsearch.x"),
-        (P + "exception.message", b"it failed"),
-    ]
-
-
-def test_stacktrace_header_only_when_present() -> None:
-    assert P + "exception.stacktrace" not in header_dict(error_headers(dl(stacktrace=None)))
-    assert P + "exception.stacktrace" not in header_dict(error_headers(dl(stacktrace="")))
-    headers = error_headers(dl(stacktrace="Traceback ...\nRuntimeError: boom\n"))
-    assert len(headers) == 7
-    assert headers[-1] == (P + "exception.stacktrace", b"Traceback ...\nRuntimeError: boom\n")
-
-
-def test_message_truncated_to_1000_chars() -> None:
-    assert MAX_MESSAGE_CHARS == 1000
-    exact = "m" * 1000
-    assert header_dict(error_headers(dl(message=exact)))[P + "exception.message"] == exact.encode()
-    long = "0123456789" * 500
-    value = header_dict(error_headers(dl(message=long)))[P + "exception.message"].decode()
-    assert len(value) == 1000
-    assert value.endswith("... (truncated)")
-    assert value.startswith(long[:985])
-
-
-def test_stacktrace_truncated() -> None:
-    trace = "line\n" * 5000
-    value = header_dict(error_headers(dl(stacktrace=trace)))[P + "exception.stacktrace"].decode()
-    assert len(value) == MAX_STACKTRACE_CHARS
-    assert value.endswith("... (truncated)")
-
-
-def test_secrets_masked_in_message_and_stacktrace() -> None:
-    letter = dl(
-        message="auth failed for elastic:pw-s3cr3t with key K3Y-abc",
-        stacktrace="Traceback\n  password='pw-s3cr3t'\nError: K3Y-abc\n",
-    )
-    headers = header_dict(error_headers(letter, ["pw-s3cr3t", "K3Y-abc", ""]))
-    assert headers[P + "exception.message"] == b"auth failed for elastic:*** with key ***"
-    assert headers[P + "exception.stacktrace"] == b"Traceback\n  password='***'\nError: ***\n"
-    for v in headers.values():
-        assert b"s3cr3t" not in v
-        assert b"K3Y" not in v
-
-
-def test_configured_secrets_masked_in_the_exception_message() -> None:
-    s = settings(
-        ES_USERNAME="elastic",
-        ES_PASSWORD="es-pw-s3cr3t",
-        KAFKA_CONFIG_SASL_PASSWORD="kafka-pw-s3cr3t",
-        KAFKA_CONFIG_CLIENT_ID="client-abc",
-        SCHEMA_REGISTRY_CONFIG_BASIC_AUTH_USER_INFO="sr-user:sr-pw-s3cr3t",
-    )
-    try:
-        msg = "login kafka-pw-s3cr3t, registry sr-user:sr-pw-s3cr3t, es es-pw-s3cr3t, client-abc"
-        raise RuntimeError(msg)
-    except RuntimeError as e:
-        letter = DeadLetter.from_exception(rec(), "transform", e, with_trace=True)
-    assert "kafka-pw-s3cr3t" in letter.message  # masked on the way out, not in the record
-    headers = header_dict(error_headers(letter, s.secrets()))
-    assert headers[P + "exception.message"] == b"login ***, registry ***, es ***, client-abc"
-    for v in headers.values():
-        assert b"s3cr3t" not in v
-
-
-def test_secret_masked_before_truncation() -> None:
-    secret = "SUPERSECRETVALUE-0123456789"
-    message = "x" * 975 + secret + "y" * 100  # the secret straddles the cut
-    value = header_dict(error_headers(dl(message=message), [secret]))[P + "exception.message"]
-    assert b"SUPERSEC" not in value
-    assert b"SUPER" not in value
-    assert len(value.decode()) == 1000
-
-
-def test_unicode_and_lone_surrogates_are_encoded() -> None:
-    headers = header_dict(error_headers(dl(message="Zoë ☃ \udc80 end")))
-    value = headers[P + "exception.message"]
-    assert value.startswith("Zoë ☃ ".encode())
-    assert value.endswith(b" end")
-
-
-def test_dead_letter_from_exception_without_chained_causes() -> None:
-    try:
-        try:
-            raise KeyError("password=hunter2")
-        except KeyError as cause:
-            raise ValueError("bad record") from cause
-    except ValueError as e:
-        with_trace = DeadLetter.from_exception(rec(), "transform", e, with_trace=True)
-        without = DeadLetter.from_exception(rec(), "transform", e)
-    assert with_trace.error_class == "builtins.ValueError"
-    assert with_trace.message == "bad record"
-    assert with_trace.stage == "transform"
-    assert with_trace.stacktrace is not None
-    assert "ValueError: bad record" in with_trace.stacktrace
-    assert "hunter2" not in with_trace.stacktrace
-    assert without.stacktrace is None
-    headers = header_dict(error_headers(with_trace))
-    assert b"ValueError: bad record" in headers[P + "exception.stacktrace"]
-    assert P + "exception.stacktrace" not in header_dict(error_headers(without))
-
-
-# ----------------------------------------------------------------------------- pickling
-
-
-def test_record_failed_error_pickles() -> None:
-    e = RecordFailedError("orders/3@42", "index", "elasticsearch.mapper_parsing_exception: x")
-    back = pickle.loads(pickle.dumps(e))
-    assert type(back) is RecordFailedError
-    assert str(back) == str(e)
-    assert (back.where, back.stage, back.reason) == (e.where, e.stage, e.reason)
-
-
-@pytest.mark.parametrize(
-    "cls",
-    [ConfigError, DeadLetterLimitError, DeadLetterDeliveryError, ElasticsearchUnavailableError],
-)
-def test_other_errors_pickle(cls: type[Exception]) -> None:
-    back = pickle.loads(pickle.dumps(cls("NAME: something")))
-    assert type(back) is cls
-    assert str(back) == "NAME: something"
-
-
 def test_policy_error_pickles_with_its_message() -> None:
     with pytest.raises(RecordFailedError) as info:
-        walk(ErrorPolicy(settings(), "x"), [dl(9)])
+        walk(ErrorPolicy(tolerance(), "x"), [dl(9)])
     back = pickle.loads(pickle.dumps(info.value))
     assert str(back) == str(info.value)
     assert "orders/3@9" in str(back)

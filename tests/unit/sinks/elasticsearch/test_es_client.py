@@ -1,18 +1,20 @@
-"""sinks.es_client: the serializers the bulk path relies on (no server needed)."""
+"""sinks.elasticsearch.client: the serializers the bulk path relies on (no server needed)."""
 
 from __future__ import annotations
 
 from elasticsearch import Elasticsearch
 
+from flows import sink_config
 from flows.config import Settings
-from sinks.es_client import make_client
+from sinks.elasticsearch.client import make_client
 
 COMPAT_JSON = "application/vnd.elasticsearch+json; compatible-with=9"
 COMPAT_NDJSON = "application/vnd.elasticsearch+x-ndjson; compatible-with=9"
 
 
 def client() -> Elasticsearch:
-    return make_client(Settings.load({"KAFKA_TOPICS": "t", "ES_HOSTS": "http://127.0.0.1:1"}))
+    s = Settings.load({"KAFKA_TOPICS": "t", "ES_HOSTS": "http://127.0.0.1:1"})
+    return make_client(sink_config.connection(s))
 
 
 def loads(body: bytes, mimetype: str = COMPAT_JSON) -> object:

@@ -1,4 +1,5 @@
-"""sinks.actions: index, id, version and routing derivation, and the NDJSON bytes."""
+"""sinks.elasticsearch.actions: index, id, version and routing derivation, and the NDJSON
+bytes."""
 
 from __future__ import annotations
 
@@ -7,16 +8,17 @@ from typing import Any
 import orjson
 import pytest
 
+from flows import sink_config
 from flows.config import Settings
-from flows.record import Doc, Record
-from sinks.actions import Action, ActionBuilder, ActionError
+from sinks.elasticsearch.actions import ActionBuilder, ActionError
+from sinks.model import Action, Doc, Record
 
 TOPIC = "orders"
 TS = 1_714_564_800_123  # 2024-05-01T12:00:00.123Z
 
 
 def builder(**env: str) -> ActionBuilder:
-    return ActionBuilder(Settings.load({"KAFKA_TOPICS": TOPIC, **env}))
+    return ActionBuilder(sink_config.documents(Settings.load({"KAFKA_TOPICS": TOPIC, **env})))
 
 
 def record(
@@ -325,6 +327,21 @@ def test_routing_from_field() -> None:
     assert "routing" not in parsed[0]["index"]
 
 
+@pytest.mark.parametrize("source", [{"user": {"org": None}}, {"user": None}, {"user": []}, None])
+def test_routing_from_a_field_missing_or_null_sends_no_routing(source: Any) -> None:
+    """The one null rule (sinks.model.FieldPath) as ES_ROUTING reads it: a null value and a
+    missing path both mean no routing (the document goes to the shard of its id)."""
+    d = doc(source) if source is not None else doc(None, delete=True)
+    _, parsed = build(d, ES_ROUTING="field:user.org")
+    assert "routing" not in parsed[0][next(iter(parsed[0]))]
+
+
+def test_timestamp_field_null_is_missing_for_a_data_stream() -> None:
+    with pytest.raises(ActionError, match=r"timestamp field event\.at is missing"):
+        b = builder(ES_DATA_STREAM="true", ES_TIMESTAMP_FIELD="event.at")
+        b.build(doc({"event": {"at": None}}))
+
+
 def test_routing_set_by_a_transform_wins() -> None:
     _, parsed = build(doc({"user": {"org": "acme"}}, routing="r9"), ES_ROUTING="field:user.org")
     assert parsed[0]["index"]["routing"] == "r9"
@@ -382,3 +399,15 @@ def test_unicode_and_nested_source_round_trip() -> None:
     source = {"name": "Zoë ☃", "n": [1, 2.5, None, True], "deep": {"x": {"y": "z"}}}
     _, parsed = build(doc(source))
     assert parsed[1] == source
+
+
+def test_action_errors_keep_the_class_name_dead_letters_publish() -> None:
+    """`__connect.errors.exception.class.name` of an index-stage dead letter is public."""
+    import pickle
+
+    from sinks.model import DeadLetter
+
+    err = ActionError("bad")
+    dl = DeadLetter.from_exception(record(), "index", err)
+    assert dl.error_class == "sinks.actions.ActionError"
+    assert type(pickle.loads(pickle.dumps(err))) is ActionError

@@ -1,4 +1,4 @@
-"""sinks.elasticsearch.EsSinkPartition under injected faults.
+"""sinks.elasticsearch.partition.EsSinkPartition under injected faults.
 
 A fake client answers `_bulk` per call from a script (filtered bulk bodies, transport
 errors, ApiErrors), a fake clock records sleeps instead of sleeping, and a fake dead-letter
@@ -8,6 +8,7 @@ encodes them from Docs, and the fake parses the NDJSON the partition sends.
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable, Mapping
 from concurrent import futures
@@ -20,17 +21,18 @@ from elastic_transport import ConnectionError as TransportConnectionError
 from elasticsearch import ApiError, AuthenticationException, AuthorizationException
 from prometheus_client import REGISTRY
 
+from flows import sink_config
 from flows.config import Settings
-from flows.errors import (
+from sinks import failing
+from sinks.elasticsearch.actions import ActionBuilder
+from sinks.elasticsearch.partition import EsSinkPartition, clear_refusals
+from sinks.errors import (
     ConfigError,
     DeadLetterLimitError,
     ElasticsearchUnavailableError,
     RecordFailedError,
 )
-from flows.record import DeadLetter, Doc, Record
-from sinks import failing
-from sinks.actions import Action, ActionBuilder
-from sinks.elasticsearch import EsSinkPartition, clear_refusals
+from sinks.model import Action, DeadLetter, Doc, Record
 
 TOPIC = "orders"
 TS = 1_714_564_800_123
@@ -168,7 +170,7 @@ def settings(**env: str) -> Settings:
 def make_actions(
     s: Settings, *ids: str, delete: bool = False, pad: int = 0, first_offset: int = 0
 ) -> list[Action]:
-    b = ActionBuilder(s)
+    b = ActionBuilder(sink_config.documents(s))
     out = []
     for i, doc_id in enumerate(ids):
         rec = Record(TOPIC, 1, first_offset + i, TS, doc_id.encode(), b"{}")
@@ -178,17 +180,18 @@ def make_actions(
 
 
 class Rig:
-    def __init__(self, client: FakeClient, **env: str) -> None:
+    def __init__(self, client: FakeClient, rand: Callable[[], float] = random.random, **env: str):
         self.settings = settings(**env)
         self.client = client
         self.clock = FakeClock()
         self.dlq = FakeDLQ()
         self.part = EsSinkPartition(
-            self.settings,
+            sink_config.es_sink(self.settings),
             "es-0000",
             client,  # type: ignore[arg-type]
             self.dlq,  # type: ignore[arg-type]
             clock=self.clock,
+            rand=rand,
         )
 
     def actions(self, *ids: str, **kw: Any) -> list[Action]:
@@ -361,7 +364,7 @@ def test_404_on_index_other_than_a_missing_index_is_dead_lettered() -> None:
 def test_tolerance_none_with_a_rejected_item_raises() -> None:
     s = Settings.load({"KAFKA_TOPICS": TOPIC})
     client = FakeClient({"b": (400, MAPPER_ERROR)})
-    part = EsSinkPartition(s, "es-0000", client, None, clock=FakeClock())  # type: ignore[arg-type]
+    part = EsSinkPartition(sink_config.es_sink(s), "es-0000", client, None, clock=FakeClock())  # type: ignore[arg-type]
     part.write_batch([make_actions(s, "a", "b", first_offset=10)])
     with pytest.raises(RecordFailedError) as info:
         part.snapshot()
@@ -425,15 +428,16 @@ def test_a_success_in_the_next_flush_ends_the_run() -> None:
 def test_connection_errors_retried_with_growing_bounded_backoff() -> None:
     script = [TransportConnectionError("Connection refused") for _ in range(5)]
     script.insert(2, ConnectionTimeout("timed out"))
-    rig = Rig(FakeClient(*script))
+    rig = Rig(FakeClient(*script), rand=lambda: 0.75)
     acts = rig.write_and_flush("a", "b")
     body = b"".join(a.data for a in acts)
     assert rig.client.requests == [body] * 7  # every retry resends everything
     sleeps = rig.clock.sleeps
     assert len(sleeps) == 6
-    # cap = min(max, initial * 2**attempt), delay in [cap/2, cap]
+    # cap = min(max, initial * 2**attempt), delay a full-jitter draw in [0, cap] (here 0.75)
     caps = [0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
     for delay, cap in zip(sleeps, caps, strict=True):
+        assert delay == pytest.approx(0.75 * cap)
         assert cap / 2 <= delay <= cap
     assert max(sleeps) <= 1.0  # ES_RETRY_MAX_MS
     assert sleeps[:3] == sorted(sleeps[:3])
@@ -844,7 +848,7 @@ def versions(
     s: Settings, *writes: tuple[str, int | None], index: str | None = None
 ) -> list[Action]:
     """One action per (id, v): index {"v": v}, or a delete for v None; offsets in order."""
-    b = ActionBuilder(s)
+    b = ActionBuilder(sink_config.documents(s))
     out = []
     for offset, (doc_id, v) in enumerate(writes):
         rec = Record(TOPIC, 1, offset, TS, doc_id.encode(), b"{}")
@@ -1069,7 +1073,7 @@ def test_a_no_error_bulk_counts_no_delete_not_found() -> None:
 
 def fan_out(s: Settings, *ids: str, offset: int = 0) -> list[Action]:
     """Actions with different ids made from ONE record (as a fan-out transform does)."""
-    b = ActionBuilder(s)
+    b = ActionBuilder(sink_config.documents(s))
     rec = Record(TOPIC, 1, offset, TS, b"k", b"{}")
     return [b.build(Doc(rec, {"n": i}, id=doc_id)) for i, doc_id in enumerate(ids)]
 
@@ -1106,8 +1110,8 @@ def test_tolerance_none_names_the_earliest_refused_offset_of_other_partitions() 
     a_client = FakeClient({"a": (400, MAPPER_ERROR)})
     b_client = GatedClient()
     b_client.default = {"b": (400, MAPPER_ERROR)}
-    a = EsSinkPartition(s, "es-0000", a_client, None, clock=FakeClock())  # type: ignore[arg-type]
-    b = EsSinkPartition(s, "es-0001", b_client, None, clock=FakeClock())  # type: ignore[arg-type]
+    a = EsSinkPartition(sink_config.es_sink(s), "es-0000", a_client, None, clock=FakeClock())  # type: ignore[arg-type]
+    b = EsSinkPartition(sink_config.es_sink(s), "es-0001", b_client, None, clock=FakeClock())  # type: ignore[arg-type]
     b.write_batch([make_actions(s, "b", first_offset=3)])
     with b._lock:
         b._dispatch()  # B's bulk is in flight (held at the gate)
@@ -1123,13 +1127,17 @@ def test_tolerance_none_names_the_earliest_refused_offset_of_other_partitions() 
 
 
 def test_tolerance_none_waits_for_other_bulks_only_a_bounded_time(monkeypatch) -> None:
-    monkeypatch.setattr("sinks.elasticsearch.REFUSAL_WAIT_S", 0.2)
+    monkeypatch.setattr("sinks.elasticsearch.partition.REFUSAL_WAIT_S", 0.2)
     s = Settings.load({"KAFKA_TOPICS": TOPIC})
     stuck = GatedClient()
     a = EsSinkPartition(
-        s, "es-0000", FakeClient({"a": (400, MAPPER_ERROR)}), None, clock=FakeClock()
-    )  # type: ignore[arg-type]
-    b = EsSinkPartition(s, "es-0001", stuck, None, clock=FakeClock())  # type: ignore[arg-type]
+        sink_config.es_sink(s),
+        "es-0000",
+        FakeClient({"a": (400, MAPPER_ERROR)}),  # type: ignore[arg-type]
+        None,
+        clock=FakeClock(),
+    )
+    b = EsSinkPartition(sink_config.es_sink(s), "es-0001", stuck, None, clock=FakeClock())  # type: ignore[arg-type]
     b.write_batch([make_actions(s, "b", first_offset=3)])
     with b._lock:
         b._dispatch()
@@ -1219,7 +1227,7 @@ def test_an_error_surfacing_in_one_partition_marks_the_flow_failing() -> None:
 
 
 def test_first_calls_of_the_shared_budget_race_to_one_object(monkeypatch) -> None:
-    import sinks.elasticsearch as es_mod
+    import sinks.elasticsearch.workers as es_mod
 
     real = es_mod._HeldBytes
 
@@ -1234,7 +1242,7 @@ def test_first_calls_of_the_shared_budget_race_to_one_object(monkeypatch) -> Non
 
     def first_call() -> None:
         barrier.wait()
-        got.append(es_mod._held_bytes(987_654))
+        got.append(es_mod.held_bytes(987_654))
 
     threads = [threading.Thread(target=first_call) for _ in range(8)]
     for t in threads:
@@ -1269,7 +1277,7 @@ def _run_bytewax(monkeypatch: pytest.MonkeyPatch, client: FakeClient, fail_on: s
     flow = Dataflow("close-contract")
     acts = make_actions(s, "a", "b", "c", "d")
     stream = op.input("in", flow, TestingSource([("0", [a]) for a in acts]))
-    op.output("es", op.map("check", stream, check), ElasticsearchSink(s, 1))
+    op.output("es", op.map("check", stream, check), ElasticsearchSink(sink_config.es_sink(s), 1))
     run_main(flow, epoch_interval=timedelta(seconds=30))
 
 
@@ -1286,3 +1294,16 @@ def test_bytewax_unwinding_after_an_error_sends_nothing(monkeypatch) -> None:
     with pytest.raises(Exception, match=r'error calling `mapper` in step "close-contract\.check'):
         _run_bytewax(monkeypatch, client, fail_on="d")
     assert client.requests == []
+
+
+def test_retry_waits_are_full_jitter_draws_below_the_cap() -> None:
+    """README: ES_RETRY_INITIAL_MS/ES_RETRY_MAX_MS are a full-jitter, doubling backoff."""
+    down = TransportConnectionError("Connection refused")
+    draws = iter([0.0, 0.1, 0.99, 0.5] * 10)
+    rig = Rig(FakeClient(*[down] * 8), rand=lambda: next(draws))
+    rig.write_and_flush("a")
+    caps = [0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert rig.clock.sleeps == pytest.approx(
+        [u * c for u, c in zip([0.0, 0.1, 0.99, 0.5] * 2, caps, strict=True)]
+    )
+    assert rig.clock.sleeps[1] < caps[1] / 2  # below cap/2: not the old equal jitter

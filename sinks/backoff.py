@@ -1,0 +1,98 @@
+"""One backoff for every retry loop: full jitter, doubling, with an injectable clock.
+
+Retry n (1, 2, ...) waits a uniform draw in [0, min(max_s, initial_s * 2**n)] ("full
+jitter": many workers retrying one overloaded server spread out instead of arriving in
+waves). A loop may stop after `budget_s` seconds since its first try or after `tries`
+retries; 0 means no limit. What to retry, and what to raise when the budget is spent, is
+the loop's own business: this module only counts and waits.
+
+Tests pass a fake `Clock` (and a fixed `rand`), so no test sleeps.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+_MAX_EXPONENT = 30  # 2**30 * any sane initial_s is past every max_s; floats never overflow
+
+
+class Clock(Protocol):
+    """Monotonic time and sleeping: what a retry loop needs from the world."""
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float, /) -> None: ...
+
+
+class SystemClock:
+    """The real clock (`time.monotonic`, `time.sleep`)."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float, /) -> None:
+        time.sleep(seconds)
+
+
+SYSTEM_CLOCK: Clock = SystemClock()
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """How long retry n waits, and when a loop gives up (see the module docstring)."""
+
+    initial_s: float
+    max_s: float
+    budget_s: float = 0.0
+    """Seconds since the first try after which the loop gives up; 0: never."""
+    tries: int = 0
+    """Retries after which the loop gives up; 0: no limit."""
+
+    def cap(self, retry: int) -> float:
+        """The longest wait before retry `retry` (1, 2, ...)."""
+        return min(self.max_s, self.initial_s * 2 ** min(retry, _MAX_EXPONENT))
+
+    def start(
+        self, clock: Clock = SYSTEM_CLOCK, rand: Callable[[], float] = random.random
+    ) -> Retries:
+        """The state of one retry loop, started now."""
+        return Retries(self, clock, rand)
+
+
+class Retries:
+    """One retry loop: how many retries so far, and how long since the first try."""
+
+    __slots__ = ("backoff", "clock", "count", "rand", "started")
+
+    def __init__(self, backoff: Backoff, clock: Clock, rand: Callable[[], float]) -> None:
+        self.backoff = backoff
+        self.clock = clock
+        self.rand = rand
+        self.started = clock.monotonic()
+        self.count = 0
+
+    def elapsed(self) -> float:
+        """Seconds since the loop started."""
+        return self.clock.monotonic() - self.started
+
+    def over_budget(self) -> bool:
+        """True once more than `budget_s` passed since the first try (never without one)."""
+        budget = self.backoff.budget_s
+        return bool(budget) and self.clock.monotonic() - self.started > budget
+
+    def exhausted(self) -> bool:
+        """True once `tries` retries were made (never without a limit)."""
+        tries = self.backoff.tries
+        return bool(tries) and self.count >= tries
+
+    def next_delay(self) -> float:
+        """Count one more retry and draw its wait (seconds); sleep it with `sleep`."""
+        self.count += 1
+        return self.rand() * self.backoff.cap(self.count)
+
+    def sleep(self, seconds: float) -> None:
+        self.clock.sleep(seconds)

@@ -1,0 +1,73 @@
+"""The dead-letter topic: original key, value and headers, plus Kafka Connect error headers.
+
+`DeadLetterSink` is the Bytewax sink of the decode/transform failures; the Elasticsearch
+sink sends the records Elasticsearch refused through the same `DeadLetterProducer`
+(`producer`), under the same error policy (`policy`). Headers are in `headers`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bytewax.outputs import StatefulSinkPartition
+
+from sinks.dead_letter.config import DeadLetterConfig, ErrorTolerance
+from sinks.dead_letter.headers import (
+    MAX_MESSAGE_CHARS,
+    MAX_STACKTRACE_CHARS,
+    VALUE_OMITTED_HEADER,
+    error_headers,
+)
+from sinks.dead_letter.policy import ErrorPolicy
+from sinks.dead_letter.producer import DeadLetterProducer, shared_producer
+from sinks.model import DeadLetter
+from sinks.partitioned import NumberedSink
+
+__all__ = [
+    "MAX_MESSAGE_CHARS",
+    "MAX_STACKTRACE_CHARS",
+    "VALUE_OMITTED_HEADER",
+    "DeadLetterConfig",
+    "DeadLetterProducer",
+    "DeadLetterSink",
+    "ErrorPolicy",
+    "ErrorTolerance",
+    "error_headers",
+    "shared_producer",
+]
+
+
+class DeadLetterSink(NumberedSink):
+    """Writes dead letters from decode/transform to DLQ_TOPIC, confirmed per batch.
+
+    Partitioned (not dynamic) so that its writes are part of the epoch Bytewax waits on
+    before the source commits offsets. It keeps no state: the topic is the state. Its
+    partitions are `dlq-0000` ...: the same count as the Elasticsearch sink, then any further
+    `dlq-` partition a recovery store holds (see `sinks.partitioned`).
+    """
+
+    def __init__(
+        self, config: DeadLetterConfig, partitions: int, recovery_dir: Path | None = None
+    ) -> None:
+        super().__init__("dlq", partitions, recovery_dir)
+        self._config = config  # no I/O here: this object is part of the flow description
+
+    def build_part(
+        self, step_id: str, for_part: str, resume_state: None
+    ) -> StatefulSinkPartition[DeadLetter, None]:
+        """The process's dead-letter producer, built at run time."""
+        return _DeadLetterPartition(shared_producer(self._config))
+
+
+class _DeadLetterPartition(StatefulSinkPartition[DeadLetter, None]):
+    def __init__(self, producer: DeadLetterProducer) -> None:
+        self._producer = producer
+
+    def write_batch(self, items: list[DeadLetter]) -> None:
+        self._producer.send(items)
+
+    def snapshot(self) -> None:
+        return None
+
+    def close(self) -> None:
+        """`write_batch` confirmed everything already (see DeadLetterProducer.close)."""

@@ -1,0 +1,42 @@
+"""What the dead-letter side needs from the configuration: frozen, built once at start.
+
+Compared and hashed by identity (`eq=False`): one producer per process and config
+(`shared_producer`), as for the settings they are built from (`flows.sink_config`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sinks.secrets import Secret
+
+
+@dataclass(frozen=True, eq=False)
+class ErrorTolerance:
+    """ERRORS_TOLERANCE and the dead-letter circuit breaker (see `sinks.dead_letter.policy`)."""
+
+    tolerate: bool
+    """ERRORS_TOLERANCE=all: failed records become dead letters (none: the flow stops)."""
+    max_consecutive: int
+    """DLQ_MAX_CONSECUTIVE; 0: no limit."""
+    max_ratio: float
+    """DLQ_MAX_RATIO; 0: no limit."""
+    min_records: int
+    """DLQ_RATIO_MIN_RECORDS: records seen before the ratio applies."""
+    secrets: tuple[Secret, ...] = field(default=(), repr=False)
+    """Configured secret values, masked in the errors that stop the flow."""
+
+
+@dataclass(frozen=True, eq=False)
+class DeadLetterConfig:
+    """DLQ_TOPIC and how to reach it."""
+
+    topic: str
+    kafka: Mapping[str, Any] = field(repr=False)
+    """librdkafka settings: bootstrap.servers and the KAFKA_CONFIG_* pass-through."""
+    retry_budget_s: float
+    """DLQ_RETRY_BUDGET_S: seconds of failed deliveries before the flow stops; 0: forever."""
+    secrets: tuple[Secret, ...] = field(default=(), repr=False)
+    """Configured secret values, masked in the dead letters' error headers."""

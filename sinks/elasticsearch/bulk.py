@@ -1,0 +1,345 @@
+"""One `_bulk` request and what its answer means: a pure classification of each item into
+done, retry, rejected (a dead letter) or a configuration error that stops the flow.
+
+Done: 2xx; 409 when a conflict means the document is already there (external versioning,
+or a write method whose conflicts are done, see `write_methods`); 404 for a delete
+(counted apart). Retried under ES_RETRY_BUDGET_S: 429s, including the flood-stage block;
+and for the whole request, connection errors, timeouts, 429 and 5xx. Retried at most
+ES_ITEM_RETRY_MAX times: other 5xx and retryable types (rejected execution, circuit
+breaking, unavailable shards). A configuration error: 401/403 `security_exception`,
+`index_not_found_exception`. Rejected for good: a 403 block, other 4xx. A 413 (or a 429
+whose operation alone exceeds the node's indexing-pressure limit) splits the request.
+
+A retried item takes the later items of its request that write the same document along,
+so a retry never lands an older write over a newer one (review F4).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from elastic_transport import ConnectionError as TransportConnectionError
+from elastic_transport import ConnectionTimeout
+from elasticsearch import ApiError, Elasticsearch
+
+from sinks import metrics
+from sinks.backoff import Retries
+from sinks.elasticsearch.client import error_reason, refused
+from sinks.errors import ConfigError
+from sinks.model import Action, DeadLetter
+
+FILTER = "errors,items.*.status,items.*.error.type,items.*.error.reason,items.*.error.caused_by"
+"""What the sink reads of a `_bulk` answer (the rest is not sent)."""
+
+RETRY_ERROR_TYPES = frozenset(
+    {
+        "es_rejected_execution_exception",
+        "circuit_breaking_exception",
+        "unavailable_shards_exception",
+        "no_shard_available_action_exception",
+        "cluster_block_exception",
+        "process_cluster_event_timeout_exception",
+    }
+)
+
+TRANSPORT_ERRORS = (TransportConnectionError, ConnectionTimeout, ApiError)
+"""What `send` raises that `classify_failure` classifies."""
+
+
+def chunks(
+    actions: list[Action], max_actions: int, max_bytes: int
+) -> Iterator[tuple[list[Action], int]]:
+    """`actions` in request-sized runs (at most `max_actions`, and `max_bytes` unless a single
+    action is larger), each with its size in bytes."""
+    start = 0
+    while start < len(actions):
+        end, size = start, 0
+        while end < len(actions) and end - start < max_actions:
+            n = len(actions[end].data)
+            if size + n > max_bytes and end > start:
+                break
+            size += n
+            end += 1
+        yield actions[start:end], size
+        start = end
+
+
+def send(client: Elasticsearch, actions: list[Action]) -> Mapping[str, Any]:
+    """One `_bulk` request of `actions`; its (filtered) answer. Raises the transport's
+    errors (see `TRANSPORT_ERRORS`)."""
+    body = b"".join(a.data for a in actions)
+    t0 = time.perf_counter()
+    try:
+        resp = client.bulk(operations=body, filter_path=FILTER)  # type: ignore[arg-type]
+    finally:
+        metrics.BULK_SECONDS.observe(time.perf_counter() - t0)
+    return resp.body
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What one attempt means for the actions it sent (positions in the request)."""
+
+    retry: tuple[int, ...] = ()
+    """To send again, in request order."""
+    why: str = ""
+    """The last retry's cause, for logs and errors."""
+    budgeted: bool = False
+    """The retry is bounded by ES_RETRY_BUDGET_S (whole request, 429), not ES_ITEM_RETRY_MAX."""
+    counted: tuple[int, ...] = ()
+    """Retries that count against ES_ITEM_RETRY_MAX."""
+    rejected: tuple[tuple[int, DeadLetter], ...] = ()
+    """Failed for good."""
+    all_written: bool = False
+    written: tuple[int, ...] = ()
+    """Answered 2xx (all of them when `all_written`)."""
+    not_found: tuple[int, ...] = ()
+    """Deletes answered 404: done, but nothing was deleted."""
+    too_large: str | None = None
+    """The request must be split (HTTP 413, or over the node's indexing-pressure limit)."""
+    stop: ConfigError | None = None
+    """A configuration error: every record for that index would fail the same way."""
+    retried: tuple[tuple[str, int], ...] = ()
+    """Retries by `es_sink_bulk_retries` label."""
+
+
+DONE = Verdict(all_written=True)
+
+
+class Call:
+    """What one write of a chunk learns across its attempts and 413 splits: one account,
+    so every failed record is dead-lettered once (review F2)."""
+
+    __slots__ = ("last_warning", "not_found", "rejected", "retries", "tries")
+
+    def __init__(self, retries: Retries) -> None:
+        self.retries = retries
+        self.last_warning = 0.0
+        self.rejected: dict[int, DeadLetter] = {}
+        """id(action) → its dead letter: failed for good."""
+        self.tries: dict[int, int] = {}
+        """id(action) → retries so far for errors bounded by ES_ITEM_RETRY_MAX."""
+        self.not_found: set[int] = set()
+        """id(action) of deletes Elasticsearch last answered 404."""
+
+    def record(self, pending: list[Action], verdict: Verdict) -> None:
+        """Apply `verdict` (of an attempt that sent `pending`) to the account and metrics."""
+        for label, n in verdict.retried:
+            metrics.BULK_RETRIES.labels(label).inc(n)
+        if verdict.all_written:
+            if self.not_found:  # deletes re-sent behind a retried write (F4) found it now
+                self.not_found.difference_update(id(a) for a in pending)
+            return
+        for i in verdict.written:
+            self.not_found.discard(id(pending[i]))
+        for i in verdict.not_found:
+            self.not_found.add(id(pending[i]))
+        for i in verdict.counted:
+            key = id(pending[i])
+            self.tries[key] = self.tries.get(key, 0) + 1
+        for i, dl in verdict.rejected:
+            self.rejected[id(pending[i])] = dl
+
+    def failed_records(self, actions: list[Action]) -> dict[int, DeadLetter]:
+        """id(record) → the dead letter of its first failed action, in request order: one
+        dead letter per record, however many of its actions (fan-out) failed."""
+        if not self.rejected:
+            return {}
+        out: dict[int, DeadLetter] = {}
+        for action in actions:
+            dl = self.rejected.get(id(action))
+            if dl is not None:
+                out.setdefault(id(action.record), dl)
+        return out
+
+
+def classify_failure(e: Exception, n: int) -> Verdict:
+    """A request of `n` actions that got no per-item answer (`e` from `send`)."""
+    if isinstance(e, TransportConnectionError | ConnectionTimeout):
+        why = f"{type(e).__name__}: {e.message}"
+        return Verdict(tuple(range(n)), why, budgeted=True, retried=(("connection", n),))
+    if not isinstance(e, ApiError):
+        raise e
+    status = e.meta.status
+    if status == 429 and _over_pressure_limit(str(e.body)):
+        return Verdict(too_large=f"HTTP 429: {error_reason(e.body)}")  # split, then reject
+    if status == 429 or status >= 500:
+        why = f"HTTP {status}: {e.message}"
+        return Verdict(tuple(range(n)), why, budgeted=True, retried=((str(status), n),))
+    if status == 413:
+        return Verdict(too_large=f"HTTP 413: {e.message}")
+    return Verdict(stop=refused(e, "the bulk request"))
+
+
+def classify(
+    pending: list[Action],
+    answer: Mapping[str, Any],
+    call: Call,
+    *,
+    conflict_is_done: bool,
+    item_retry_max: int,
+) -> Verdict:
+    """What the `_bulk` `answer` to `pending` means, item by item (see the module docstring).
+
+    Pure: reads the account of earlier attempts (`call.tries`, `call.rejected`) and changes
+    nothing; `Call.record` applies the verdict.
+    """
+    if not answer.get("errors"):
+        return DONE
+    retry: list[int] = []
+    why = ""
+    budgeted = False
+    counted: list[int] = []
+    rejected: dict[int, DeadLetter] = {}
+    written: list[int] = []
+    not_found: list[int] = []
+    retried: Counter[str] = Counter()
+    alone = len(pending) == 1  # then the request's bytes are this action's
+    for i, (action, item) in enumerate(zip(pending, answer["items"], strict=True)):
+        ((op, result),) = item.items()
+        status = result["status"]
+        if status < 300:
+            written.append(i)
+            continue
+        error = result.get("error") or {}
+        etype = error.get("type", "") if isinstance(error, dict) else str(error)
+        if status == 409 and conflict_is_done:
+            continue
+        if status == 404 and op == "delete":
+            not_found.append(i)  # done, but counted: nothing was deleted
+            continue
+        reason = error.get("reason", "") if isinstance(error, dict) else ""
+        if etype == "index_not_found_exception" or (
+            etype == "security_exception" and status in (401, 403)
+        ):
+            stop = _misconfigured(action, status, etype, reason)
+            return Verdict(stop=stop, retried=tuple(retried.items()))
+        if (
+            (status == 429 or etype in RETRY_ERROR_TYPES)
+            and alone
+            and _over_pressure_limit(reason, len(action.data))
+        ):
+            # This one operation alone is larger than the node's indexing-pressure limit:
+            # no retry can succeed.
+            rejected[i] = dead(action, etype, reason)
+            continue
+        if status == 429:  # overload, including the flood-stage block: clears by itself
+            retried["429"] += 1
+            retry.append(i)
+            why = f"{status} {etype}"
+            budgeted = True
+            continue
+        caused = error.get("caused_by") if isinstance(error, dict) else None
+        if isinstance(caused, dict) and caused.get("reason"):
+            reason = f"{reason}: {caused.get('type')}: {caused['reason']}"
+        if status >= 500 or (etype in RETRY_ERROR_TYPES and etype != "cluster_block_exception"):
+            tries = call.tries.get(id(action), 0)
+            if tries < item_retry_max:
+                counted.append(i)
+                retried[str(status)] += 1
+                retry.append(i)
+                why = f"{status} {etype}"
+                continue
+            reason = f"{reason} (retried {tries} times, ES_ITEM_RETRY_MAX={item_retry_max})"
+        elif etype == "cluster_block_exception":
+            reason = f"{reason} (status {status}: stays until an administrator lifts it)"
+        rejected[i] = dead(action, etype or f"http_{status}", reason)
+    if retry:
+        more = _with_later_writes(pending, retry, call.rejected, rejected)
+        if len(more) > len(retry):
+            retried["reorder"] += len(more) - len(retry)
+        retry = more
+    return Verdict(
+        retry=tuple(retry),
+        why=why,
+        budgeted=budgeted,
+        counted=tuple(counted),
+        rejected=tuple(rejected.items()),
+        written=tuple(written),
+        not_found=tuple(not_found),
+        retried=tuple(retried.items()),
+    )
+
+
+def dead(action: Action, error_type: str, reason: str) -> DeadLetter:
+    """The dead letter of an action Elasticsearch refused for good."""
+    return DeadLetter(action.record, "index", f"elasticsearch.{error_type}", reason)
+
+
+def _with_later_writes(
+    pending: list[Action],
+    retry: list[int],
+    rejected_before: Mapping[int, Any],
+    rejected_now: Mapping[int, Any],
+) -> list[int]:
+    """`retry` (positions in `pending`) plus every later action of the request that writes
+    the same document (index, id, routing) and was not rejected, in request order: the
+    retry must not apply an older write over a newer one that succeeded (review F4)."""
+    ids = {pending[i].id for i in retry} - {None}
+    if not ids:
+        return retry
+    retrying = set(retry)
+    targets: set[tuple[Any, Any, Any]] = set()
+    out: list[int] = []
+    for j in range(retry[0], len(pending)):
+        action = pending[j]
+        if j in retrying:
+            out.append(j)
+            if action.id is not None:
+                targets.add(_target(action))
+        elif (
+            action.id in ids
+            and j not in rejected_now
+            and id(action) not in rejected_before
+            and _target(action) in targets
+        ):
+            out.append(j)
+    return out
+
+
+def _target(action: Action) -> tuple[Any, Any, Any]:
+    """(index, id, routing) from the action line (parsed only on the error path)."""
+    line = action.data[: action.data.index(b"\n")]
+    ((_op, meta),) = orjson.loads(line).items()
+    return meta.get("_index"), meta.get("_id"), meta.get("routing")
+
+
+def _misconfigured(action: Action, status: int, etype: str, reason: str) -> ConfigError:
+    """An item error that is the configuration's, not the record's: every record for that
+    index would fail the same way, so stop instead of dead-lettering them all."""
+    index = _target(action)[0]
+    reason = reason[:300]
+    if etype == "index_not_found_exception":
+        return ConfigError(
+            f"ES_INDEX: index {index} does not exist and Elasticsearch does not create it "
+            f"({reason}); create it or an index template for it, or correct ES_INDEX / "
+            "ES_INDEX_MAP"
+        )
+    hint = (
+        "check ES_USERNAME/ES_PASSWORD, ES_API_KEY or ES_BEARER_TOKEN"
+        if status == 401
+        else "the credentials lack a privilege on it: index, create_index or auto_configure"
+    )
+    return ConfigError(
+        f"ES_HOSTS: Elasticsearch refused writes to index {index} with HTTP {status}: "
+        f"{etype}: {reason} ({hint})"
+    )
+
+
+_PRESSURE = re.compile(r"(coordinating|primary)_operation_bytes=(\d+).*?max_\w*?bytes=(\d+)")
+
+
+def _over_pressure_limit(reason: str, own_bytes: int = 0) -> bool:
+    """True when an indexing-pressure 429 can never clear: the operation (for a primary
+    operation, together with its own request's `own_bytes`) exceeds the node's limit."""
+    m = _PRESSURE.search(reason)
+    if m is None:
+        return False
+    need = int(m.group(2)) + (own_bytes if m.group(1) == "primary" else 0)
+    return need > int(m.group(3))

@@ -1,0 +1,32 @@
+"""Per-process resources (one client, producer, pool or budget per process and config)."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Hashable
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def locked_cache(make: Callable[[K], V]) -> Callable[[K], V]:
+    """`functools.cache` for per-process resources whose first calls may race (worker threads
+    build their first sink partitions at once): one lock serializes the first call per key,
+    so every caller gets the same object; later calls are a dict lookup without the lock."""
+    made: dict[K, V] = {}
+    lock = threading.Lock()
+
+    @functools.wraps(make)
+    def get(key: K) -> V:
+        try:
+            return made[key]
+        except KeyError:
+            pass
+        with lock:
+            if key not in made:
+                made[key] = make(key)
+            return made[key]
+
+    return get

@@ -1,0 +1,259 @@
+"""sinks.elasticsearch.bulk: chunking, and the pure classification of `_bulk` answers,
+driven by answers recorded from the real node (tests/unit/data/bulk_answers.json) and, where
+a node cannot be made to answer so (overload, 5xx, security), by answers written here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from elastic_transport import ApiResponseMeta, ConnectionTimeout, HttpHeaders, NodeConfig
+from elastic_transport import ConnectionError as TransportConnectionError
+from elasticsearch import ApiError
+
+from sinks.backoff import Backoff
+from sinks.elasticsearch import bulk
+from sinks.errors import ConfigError
+from sinks.model import Action, Record
+
+RECORDED = json.loads((Path(__file__).parents[2] / "data" / "bulk_answers.json").read_text())
+
+
+def action(op: str, doc_id: str, index: str = "recorded", offset: int = 0) -> Action:
+    """An encoded action as ActionBuilder makes it (only the action line is parsed here)."""
+    line = json.dumps({op: {"_index": index, "_id": doc_id}}).encode() + b"\n"
+    body = b"" if op == "delete" else b'{"n":1}\n'
+    return Action(doc_id, line + body, Record("t", 0, offset, None, doc_id.encode(), b"{}"))
+
+
+def call() -> bulk.Call:
+    class Clock:
+        def monotonic(self) -> float:
+            return 0.0
+
+        def sleep(self, seconds: float, /) -> None:
+            pass
+
+    return bulk.Call(Backoff(0.1, 1.0).start(Clock()))
+
+
+def classify(
+    pending: list[Action], answer: dict[str, Any], c: bulk.Call | None = None, **kw: Any
+) -> bulk.Verdict:
+    opts = {"conflict_is_done": False, "item_retry_max": 10, **kw}
+    return bulk.classify(pending, answer, c or call(), **opts)
+
+
+# The requests the recorded answers answer, in order (see the recording's `_about`).
+MIXED = [
+    action("index", "ok"),
+    action("index", "bad"),  # {"n": "not a number"} into a long field
+    action("create", "a"),  # exists already
+    action("delete", "never-written"),
+    action("index", "b"),  # external version 1, the document holds version 1
+    action("index", "b"),
+    action("index", "r", index="recorded-routed"),  # _routing required, none given
+    action("update", "up"),  # doc_as_upsert
+]
+
+
+# ------------------------------------------------------------------ recorded answers
+
+
+def test_recorded_all_written_answer_is_done() -> None:
+    assert RECORDED["all_written"]["answer"]["errors"] is False
+    v = classify([action("index", "a"), action("create", "b")], RECORDED["all_written"]["answer"])
+    assert v is bulk.DONE and v.all_written and not v.retry and not v.rejected
+
+
+def test_recorded_mixed_answer_item_by_item() -> None:
+    v = classify(MIXED, RECORDED["mixed"]["answer"])
+    assert v.retry == () and v.stop is None and v.too_large is None
+    assert v.written == (0, 7)
+    assert v.not_found == (3,)
+    rejected = dict(v.rejected)
+    assert sorted(rejected) == [1, 2, 4, 5, 6]
+    assert rejected[1].error_class == "elasticsearch.document_parsing_exception"
+    assert rejected[1].message.startswith("[1:7] failed to parse field [n] of type [long]")
+    assert rejected[1].message.endswith(
+        ': illegal_argument_exception: For input string: "not a number"'
+    )
+    assert rejected[1].record is MIXED[1].record and rejected[1].stage == "index"
+    assert rejected[2].error_class == "elasticsearch.version_conflict_engine_exception"
+    assert rejected[6].error_class == "elasticsearch.routing_missing_exception"
+
+
+def test_recorded_conflicts_are_done_when_a_conflict_means_the_document_is_there() -> None:
+    """create (a write method whose 409 is done) and external versioning."""
+    v = classify(MIXED, RECORDED["mixed"]["answer"], conflict_is_done=True)
+    assert sorted(dict(v.rejected)) == [1, 6]
+    assert v.written == (0, 7) and v.not_found == (3,)
+
+
+def test_recorded_missing_index_is_a_configuration_error() -> None:
+    pending = [action("index", "x", index="recorded-missing")]
+    v = classify(pending, RECORDED["index_not_found"]["answer"])
+    assert isinstance(v.stop, ConfigError)
+    assert str(v.stop).startswith(
+        "ES_INDEX: index recorded-missing does not exist and Elasticsearch does not create it"
+    )
+
+
+def test_recorded_write_block_is_rejected_for_good() -> None:
+    v = classify([action("index", "a")], RECORDED["write_block"]["answer"])
+    ((pos, dl),) = v.rejected
+    assert pos == 0 and v.retry == ()
+    assert dl.error_class == "elasticsearch.cluster_block_exception"
+    assert "FORBIDDEN/8/index write" in dl.message
+    assert dl.message.endswith("(status 403: stays until an administrator lifts it)")
+
+
+def test_recorded_flood_stage_block_is_retried_under_the_time_budget() -> None:
+    v = classify([action("index", "a")], RECORDED["read_only_allow_delete_block"]["answer"])
+    assert v.retry == (0,) and v.budgeted and v.rejected == ()
+    assert v.why == "429 cluster_block_exception"
+    assert v.retried == (("429", 1),)
+    assert v.counted == ()  # not bounded by ES_ITEM_RETRY_MAX
+
+
+def test_recorded_unparsable_document_is_rejected_with_its_causes() -> None:
+    v = classify([action("index", "a")], RECORDED["malformed_request"]["answer"])
+    ((_, dl),) = v.rejected
+    assert dl.error_class == "elasticsearch.document_parsing_exception"
+    assert "x_content_e_o_f_exception: [1:6] Unexpected end of file" in dl.message
+
+
+# -------------------------------------------------------------- answers written here
+
+
+def item(op: str, status: int, etype: str | None = None, reason: str = "r") -> dict[str, Any]:
+    result: dict[str, Any] = {"status": status}
+    if etype:
+        result["error"] = {"type": etype, "reason": reason}
+    return {op: result}
+
+
+def test_item_5xx_retries_count_against_the_item_limit_then_reject() -> None:
+    pending = [action("index", "a")]
+    answer = {"errors": True, "items": [item("index", 503, "unavailable_shards_exception")]}
+    c = call()
+    v = classify(pending, answer, c, item_retry_max=2)
+    assert v.retry == (0,) and v.counted == (0,) and not v.budgeted
+    assert c.tries == {}  # pure: the account changes only when the verdict is recorded
+    c.record(pending, v)
+    c.record(pending, classify(pending, answer, c, item_retry_max=2))
+    assert c.tries == {id(pending[0]): 2}
+    last = classify(pending, answer, c, item_retry_max=2)
+    ((_, dl),) = last.rejected
+    assert last.retry == ()
+    assert dl.message == "r (retried 2 times, ES_ITEM_RETRY_MAX=2)"
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_item_security_exception_is_a_configuration_error(status: int) -> None:
+    answer = {"errors": True, "items": [item("index", status, "security_exception", "no")]}
+    v = classify([action("index", "a")], answer)
+    assert isinstance(v.stop, ConfigError)
+    assert f"refused writes to index recorded with HTTP {status}: security_exception" in str(v.stop)
+
+
+def test_a_retried_item_takes_the_later_writes_of_its_document_along() -> None:
+    """Review F4: b's retry must not land its older write over the newer one after it."""
+    pending = [action("index", "b"), action("index", "c"), action("index", "b", offset=2)]
+    answer = {
+        "errors": True,
+        "items": [
+            item("index", 429, "es_rejected_execution_exception"),
+            item("index", 201),
+            item("index", 201),
+        ],
+    }
+    v = classify(pending, answer)
+    assert v.retry == (0, 2)
+    assert dict(v.retried) == {"429": 1, "reorder": 1}
+
+
+def test_an_operation_over_the_pressure_limit_alone_is_rejected() -> None:
+    reason = (
+        "rejected execution of primary operation "
+        "[primary_operation_bytes=900, max_primary_bytes=500]"
+    )
+    answer = {
+        "errors": True,
+        "items": [item("index", 429, "es_rejected_execution_exception", reason)],
+    }
+    v = classify([action("index", "a")], answer)
+    assert v.retry == () and len(v.rejected) == 1
+
+
+def test_recording_a_verdict_keeps_one_account() -> None:
+    pending = MIXED
+    c = call()
+    v = classify(pending, RECORDED["mixed"]["answer"], c)
+    c.record(pending, v)
+    assert set(c.rejected) == {id(pending[i]) for i in (1, 2, 4, 5, 6)}
+    assert c.not_found == {id(pending[3])}
+    c.record(pending, bulk.DONE)  # a later answer wrote them all: the delete found it
+    assert c.not_found == set()
+    assert list(c.failed_records(pending)) == [id(pending[i].record) for i in (1, 2, 4, 5, 6)]
+
+
+# ----------------------------------------------------------- whole-request failures
+
+
+def api_error(status: int, body: Any = None) -> ApiError:
+    meta = ApiResponseMeta(
+        status=status, http_version="1.1", headers=HttpHeaders(), duration=0.01,
+        node=NodeConfig("http", "es", 9200),
+    )  # fmt: skip
+    return ApiError("error", meta=meta, body=body or {"error": {"type": "x", "reason": "y"}})
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        TransportConnectionError("refused"),
+        ConnectionTimeout("slow"),
+        api_error(429),
+        api_error(503),
+    ],
+)
+def test_connection_errors_429_and_5xx_retry_the_whole_request(error: Exception) -> None:
+    v = bulk.classify_failure(error, 3)
+    assert v.retry == (0, 1, 2) and v.budgeted and v.rejected == ()
+    ((label, n),) = v.retried
+    assert n == 3 and label in ("connection", "429", "503")
+
+
+def test_413_and_a_429_over_the_pressure_limit_split_the_request() -> None:
+    assert bulk.classify_failure(api_error(413), 2).too_large == "HTTP 413: error"
+    reason = "coordinating_operation_bytes=900, max_coordinating_and_primary_bytes=500"
+    body = {"error": {"type": "es_rejected_execution_exception", "reason": reason}}
+    assert (bulk.classify_failure(api_error(429, body), 2).too_large or "").startswith("HTTP 429:")
+
+
+@pytest.mark.parametrize(
+    ("status", "hint"), [(400, ""), (401, "check ES_USERNAME"), (403, "lack a privilege")]
+)
+def test_other_request_errors_stop_the_flow_naming_the_settings(status: int, hint: str) -> None:
+    v = bulk.classify_failure(api_error(status), 2)
+    assert isinstance(v.stop, ConfigError)
+    assert str(v.stop).startswith(
+        f"ES_HOSTS: Elasticsearch refused the bulk request with HTTP {status}: x: y"
+    )
+    assert hint in str(v.stop)
+
+
+# -------------------------------------------------------------------------- chunks
+
+
+def test_chunks_respect_the_action_and_byte_limits() -> None:
+    acts = [action("index", str(i)) for i in range(7)]
+    size = len(acts[0].data)
+    assert [len(c) for c, _ in bulk.chunks(acts, 3, 10**9)] == [3, 3, 1]
+    assert [len(c) for c, _ in bulk.chunks(acts, 100, 2 * size)] == [2, 2, 2, 1]
+    assert [n for _, n in bulk.chunks(acts, 100, 2 * size)] == [2 * size] * 3 + [size]
+    assert [len(c) for c, _ in bulk.chunks(acts, 100, 1)] == [1] * 7  # larger alone: still sent
+    assert list(bulk.chunks([], 3, 10)) == []

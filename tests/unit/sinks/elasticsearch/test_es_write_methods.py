@@ -1,0 +1,61 @@
+"""sinks.elasticsearch.write_methods: the one list of write methods, and that encoding and
+answer classification read it (a new method is one entry)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import orjson
+import pytest
+
+from flows import sink_config
+from flows.config import Settings
+from sinks.elasticsearch.actions import ActionBuilder
+from sinks.elasticsearch.write_methods import DATA_STREAM_METHOD, WRITE_METHODS, WriteMethod
+from sinks.model import Doc, Record
+
+REC = Record("orders", 0, 5, 1_714_564_800_123, b"k", b"{}")
+
+
+def test_the_built_in_methods() -> None:
+    assert list(WRITE_METHODS) == ["index", "create", "upsert"]
+    index, create, upsert = WRITE_METHODS.values()
+    assert (index.op, create.op, upsert.op) == ("index", "create", "update")
+    assert [m.name for m in WRITE_METHODS.values() if m.conflict_is_done] == ["create"]
+    assert [m.name for m in WRITE_METHODS.values() if m.needs_id] == ["upsert"]
+    assert [m.name for m in WRITE_METHODS.values() if m.allows_external_version] == ["index"]
+    assert [m.name for m in WRITE_METHODS.values() if m.retries_conflicts] == ["upsert"]
+    assert DATA_STREAM_METHOD == "create"
+    assert upsert.wrap is not None and upsert.wrap({"a": 1}) == {
+        "doc": {"a": 1},
+        "doc_as_upsert": True,
+    }
+
+
+def encode(method: str) -> list[dict[str, object]]:
+    settings = Settings.load({"KAFKA_TOPICS": "orders"})
+    docs = sink_config.documents(settings)
+    docs = dataclasses.replace(docs, write_method=method)
+    action = ActionBuilder(docs).build(Doc(REC, {"a": 1}, key="k"))
+    return [orjson.loads(line) for line in action.data.splitlines()]
+
+
+def test_a_new_method_is_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    wrapped = WriteMethod(
+        "wrapped", op="index", doc="test", wrap=lambda src: {"body": src}, conflict_is_done=True
+    )
+    monkeypatch.setitem(WRITE_METHODS, "wrapped", wrapped)
+    line, body = encode("wrapped")
+    assert line == {"index": {"_index": "orders", "_id": "k"}}
+    assert body == {"body": {"a": 1}}
+    settings = Settings.load({"KAFKA_TOPICS": "orders"})
+    docs = dataclasses.replace(sink_config.documents(settings), write_method="wrapped")
+    assert docs.method is wrapped  # what the bulk classification reads for a 409
+
+
+@pytest.mark.parametrize(
+    ("method", "op"), [("index", "index"), ("create", "create"), ("upsert", "update")]
+)
+def test_builtin_methods_encode_their_operation(method: str, op: str) -> None:
+    (meta,) = encode(method)[0]
+    assert meta == op
