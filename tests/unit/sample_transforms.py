@@ -1,4 +1,4 @@
-"""Example user transforms, imported by `python:` entries in tests/unit/test_transforms.py."""
+"""Example user transforms, imported by `python:` entries in tests/unit/test_transforms_*.py."""
 
 from __future__ import annotations
 

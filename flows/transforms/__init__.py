@@ -1,0 +1,163 @@
+"""Per-record transforms: change, drop, route or fan out documents before they are indexed.
+
+A transform is any callable `transform(doc) -> Doc | list[Doc] | None`:
+
+* return the `Doc` (changed in place, or a new one) to keep it;
+* return `None` (or an empty list) to drop the record: nothing is indexed, its offset is
+  still committed;
+* return a list of Docs to fan out: every later transform runs on each of them.
+
+A transform may set `doc.index`, `doc.id`, `doc.routing`, `doc.key`, `doc.delete`,
+`doc.meta` and change or replace `doc.source`. It must not modify `doc.record`, and every Doc
+it returns must carry the same `record` object: the record's offset is what gets committed
+and its original bytes are what goes to the dead-letter topic, whatever the transforms did.
+Fanned-out Docs may share a `source` dict; copy it when the copies must differ.
+
+An exception raised by a transform dead-letters the record (stage `transform`), so a
+transform should raise rather than guess when a record does not fit.
+
+The configured chain (`transforms:` in YAML, or TRANSFORMS=pkg.mod:func,...) is compiled
+once by `build_transforms`: dotted paths are split, regexes compiled and functions imported
+at start, so a mistake (including an unknown type or key) fails the start with a
+`ConfigError` naming `transforms[i]`, and the per-record work is only the transform itself.
+
+Built-in types (`{type: <name>, ...}`, modelled on Kafka Connect SMTs) are registered with
+`@builtin(name, keys=..., doc=...)` in their family's module: fields (insert_field, rename,
+drop, keep, mask, extract), ids (key_from_field, id_from_field), timestamps
+(timestamp_convert), filters (filter), route, python. `BUILTINS` holds each one's keys and
+doc; the README's table sums them up (a test holds the two together).
+
+Dotted paths (`a.b.c`, `sinks.model.FieldPath`) walk nested objects; they do not index into
+lists, and a field whose name contains a dot cannot be addressed. A field that holds null is
+there (its value is None); a missing one, or one under a null or a non-object, is not. A
+tombstone (`source` None) passes unchanged through the body edits (insert_field, rename,
+drop, keep, mask, extract, timestamp_convert); key_from_field, id_from_field and route's
+timestamp_field/routing_field raise for it, as for any missing field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flows.errors import ConfigError
+from flows.record import Doc, Record
+
+# The families register their built-ins on import.
+from flows.transforms import fields, filters, ids, python, route, timestamps  # noqa: F401
+from flows.transforms.entry import Entry
+from flows.transforms.registry import BUILTINS, Builtin, Transform, builtin, label
+
+__all__ = ["BUILTINS", "Builtin", "Transform", "apply_transforms", "build_transforms", "builtin"]
+
+
+def apply_transforms(transforms: Sequence[Transform], doc: Doc) -> list[Doc]:
+    """Run `transforms` in order on `doc` and return the resulting Docs.
+
+    Args:
+        transforms: The compiled chain (`build_transforms`), plain functions, or both.
+        doc: The document made from one Kafka record.
+
+    Returns:
+        The Docs to index: `[doc]` when nothing dropped or fanned out, `[]` when dropped.
+
+    Raises:
+        TypeError: A transform returned something other than a Doc, a list of Docs or None.
+        ValueError: A transform returned a Doc that does not carry the input's `record`.
+        Exception: Whatever a transform raised, unchanged (the caller dead-letters it).
+    """
+    if not transforms:
+        return [doc]
+    record = doc.record
+    it = iter(transforms)
+    for transform in it:
+        out = transform(doc)
+        if out is doc:
+            continue
+        if out is None:
+            return []
+        if isinstance(out, Doc):
+            if out.record is not record:
+                raise _foreign_record(transform)
+            doc = out
+            continue
+        if isinstance(out, list):
+            return _fan_out(list(it), transform, out, record)
+        msg = (
+            f"transform {_name(transform)} returned {type(out).__name__}; "
+            "expected a Doc, a list of Docs or None"
+        )
+        raise TypeError(msg)
+    return [doc]
+
+
+def _fan_out(
+    rest: list[Transform], transform: Transform, docs: list[Any], record: Record
+) -> list[Doc]:
+    seen: set[int] = set()
+    for d in docs:
+        if not isinstance(d, Doc):
+            msg = (
+                f"transform {_name(transform)} returned a list holding {type(d).__name__}; "
+                "expected a Doc, a list of Docs or None"
+            )
+            raise TypeError(msg)
+        if d.record is not record:
+            raise _foreign_record(transform)
+        if id(d) in seen:
+            msg = f"transform {_name(transform)} returned the same Doc object twice"
+            raise ValueError(msg)
+        seen.add(id(d))
+    if not rest:
+        return list(docs)
+    out: list[Doc] = []
+    for d in docs:
+        out.extend(apply_transforms(rest, d))
+    return out
+
+
+def _foreign_record(transform: Transform) -> ValueError:
+    return ValueError(
+        f"transform {_name(transform)} returned a Doc with a different record; "
+        "every Doc must keep the input's `record` object (offsets and dead letters use it)"
+    )
+
+
+_OWN_MODULES = __name__ + "."
+
+
+def _name(transform: Transform) -> str:
+    name = getattr(transform, "__qualname__", None)
+    if not isinstance(name, str):
+        return repr(transform)[:100]
+    module = getattr(transform, "__module__", None)
+    if not module or module == __name__ or module.startswith(_OWN_MODULES):
+        return name
+    return f"{module}.{name}"
+
+
+def build_transforms(specs: Sequence[Mapping[str, Any]]) -> list[Transform]:
+    """Compile the configured transform entries, in order, once at start.
+
+    Args:
+        specs: Entries as in Settings.transforms: `{type: <name>, ...}` for a built-in, or
+            `{python: "pkg.mod:func"}` (optionally with `config: {...}` for a factory).
+
+    Returns:
+        The transforms, ready for `apply_transforms`.
+
+    Raises:
+        ConfigError: An entry is invalid; the message starts with `transforms[i]`.
+    """
+    if isinstance(specs, str | bytes | Mapping):
+        msg = f"transforms: expected a list of entries, got {type(specs).__name__}"
+        raise ConfigError(msg)
+    out: list[Transform] = []
+    for i, entry in enumerate(specs):
+        e = Entry(i, entry)
+        kind = BUILTINS[e.type]
+        transform = kind.build(e)
+        if kind.label:
+            label(transform, f"transforms[{i}] ({e.type})")
+        out.append(transform)
+    return out

@@ -1,0 +1,239 @@
+"""Built-ins that edit the document body: insert_field, rename, drop, keep, mask, extract.
+
+A tombstone (`source` None) passes through them unchanged. Missing fields are skipped
+(extract raises: it has nothing to make the body).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
+
+from flows.record import Doc
+from flows.transforms.entry import Entry
+from flows.transforms.registry import Transform, builtin
+from flows.transforms.timestamps import iso
+from sinks.model import MISSING, FieldPath
+
+
+@builtin(
+    "insert_field",
+    keys=("field", "value", "from", "format"),
+    doc="""field, and value (static) or from (topic, partition, offset, timestamp, key = the
+    decoded doc.key); format: iso|epoch_ms only with from: timestamp.""",
+)
+def insert_field(e: Entry) -> Transform:
+    path = e.path("field")
+    head, key, set_path = path.head, path.last, path.set
+    if e.exactly_one(("value", "from")) == "value":
+        if e.has("format"):
+            e.reject(".format", "only valid with from: timestamp")
+        value = e.raw["value"]
+        if isinstance(value, dict | list):
+            # A fresh copy per record: later transforms may mutate what was inserted.
+            def insert_copy(doc: Doc) -> Doc:
+                if doc.source is not None:
+                    set_path(doc.source, copy.deepcopy(value))
+                return doc
+
+            return insert_copy
+        if not head:
+
+            def insert_top(doc: Doc) -> Doc:
+                if doc.source is not None:
+                    doc.source[key] = value
+                return doc
+
+            return insert_top
+
+        def insert_static(doc: Doc) -> Doc:
+            if doc.source is not None:
+                set_path(doc.source, value)
+            return doc
+
+        return insert_static
+
+    origin = e.choice("from", ("topic", "partition", "offset", "timestamp", "key"))
+    fmt = e.choice("format", ("epoch_ms", "iso"), "epoch_ms")
+    if e.has("format") and origin != "timestamp":
+        e.reject(".format", "only valid with from: timestamp")
+    get: Callable[[Doc], Any]
+    if origin == "topic":
+        get = _record_topic
+    elif origin == "partition":
+        get = _record_partition
+    elif origin == "offset":
+        get = _record_offset
+    elif origin == "key":
+        get = _doc_key
+    elif fmt == "iso":
+        get = _record_timestamp_iso
+    else:
+        get = _record_timestamp
+
+    def insert_from(doc: Doc) -> Doc:
+        if doc.source is not None:
+            set_path(doc.source, get(doc))
+        return doc
+
+    return insert_from
+
+
+def _record_topic(doc: Doc) -> str:
+    return doc.record.topic
+
+
+def _record_partition(doc: Doc) -> int:
+    return doc.record.partition
+
+
+def _record_offset(doc: Doc) -> int:
+    return doc.record.offset
+
+
+def _record_timestamp(doc: Doc) -> int | None:
+    return doc.record.timestamp
+
+
+def _record_timestamp_iso(doc: Doc) -> str | None:
+    ts = doc.record.timestamp
+    return None if ts is None else iso(ts)
+
+
+def _doc_key(doc: Doc) -> Any:
+    return doc.key
+
+
+@builtin("rename", keys=("fields",), doc="fields {old.path: new.path}; missing fields are skipped.")
+def rename(e: Entry) -> Transform:
+    fields = e.required("fields")
+    if not isinstance(fields, Mapping) or not fields:
+        e.reject(".fields", f"expected a non-empty map of old.path: new.path, got {fields!r}")
+    pairs = [
+        (_popper(e.path("fields", old)), e.path(f"fields.{old}", new).set)
+        for old, new in fields.items()
+    ]
+
+    def rename(doc: Doc) -> Doc:
+        src = doc.source
+        if src is not None:
+            for pop, set_new in pairs:
+                value = pop(src)
+                if value is not MISSING:
+                    set_new(src, value)
+        return doc
+
+    return rename
+
+
+@builtin("drop", keys=("fields",), doc="fields [...]: removed; missing fields are skipped.")
+def drop(e: Entry) -> Transform:
+    pops = [_popper(path) for path in e.paths("fields")]
+
+    def drop(doc: Doc) -> Doc:
+        src = doc.source
+        if src is not None:
+            for pop in pops:
+                pop(src)
+        return doc
+
+    return drop
+
+
+def _popper(path: FieldPath) -> Callable[[dict[str, Any]], Any]:
+    """`path.pop`, or for a top-level field the dict's own pop (one call less per record)."""
+    if path.head:
+        return path.pop
+    last = path.last
+    return lambda src: src.pop(last, MISSING)
+
+
+_KeepTree: TypeAlias = "dict[str, _KeepTree | None]"
+
+
+@builtin(
+    "keep",
+    keys=("fields",),
+    doc="""fields [...]: only these are kept (nested paths keep the nesting; an object none
+    of whose listed fields exist is left out).""",
+)
+def keep(e: Entry) -> Transform:
+    tree: _KeepTree = {}
+    for path in e.paths("fields"):
+        node: _KeepTree | None = tree
+        for key in path.head:
+            assert node is not None
+            if key in node and node[key] is None:
+                node = None  # a shorter path already keeps the whole object
+                break
+            node = node.setdefault(key, {})
+        if node is not None:
+            node[path.last] = None
+
+    def keep(doc: Doc) -> Doc:
+        if doc.source is not None:
+            doc.source = _kept(doc.source, tree)
+        return doc
+
+    return keep
+
+
+def _kept(src: dict[str, Any], tree: _KeepTree) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, sub in tree.items():
+        value = src.get(key, MISSING)
+        if value is MISSING:
+            continue
+        if sub is None:
+            out[key] = value
+        elif isinstance(value, dict) and (inner := _kept(value, sub)):
+            out[key] = inner
+    return out
+
+
+@builtin(
+    "mask",
+    keys=("fields", "replacement"),
+    doc="""fields [...], replacement (default "****"): present values of any type are
+    replaced; missing fields are skipped.""",
+)
+def mask(e: Entry) -> Transform:
+    paths = [(p.head, p.last, p.parent) for p in e.paths("fields")]
+    replacement = e.raw.get("replacement", "****")
+    if isinstance(replacement, dict | list):
+        e.reject(".replacement", f"expected a string, number, boolean or null, got {replacement!r}")
+
+    def mask(doc: Doc) -> Doc:
+        src = doc.source
+        if src is not None:
+            for head, last, parent_of in paths:
+                parent = parent_of(src) if head else src
+                if parent is not None and last in parent:
+                    parent[last] = replacement
+        return doc
+
+    return mask
+
+
+@builtin(
+    "extract",
+    keys=("field",),
+    doc="field; that object becomes the body (missing or not an object: ValueError).",
+)
+def extract(e: Entry) -> Transform:
+    path = e.path("field")
+    get, name = path.get, path.dotted
+
+    def extract(doc: Doc) -> Doc:
+        if doc.source is None:
+            return doc
+        value = get(doc.source)
+        if not isinstance(value, dict):
+            what = "missing" if value is MISSING else f"a {type(value).__name__}, not an object"
+            msg = f"extract: field {name} is {what}"
+            raise ValueError(msg)
+        doc.source = value
+        return doc
+
+    return extract

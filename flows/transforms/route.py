@@ -1,0 +1,129 @@
+"""The `route` built-in: choose the index (a dated template, or from the topic) and routing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from flows.naming import IndexTemplate
+from flows.record import Doc
+from flows.transforms.entry import CACHE_LIMIT, Entry
+from flows.transforms.ids import id_string, required_field
+from flows.transforms.registry import Transform, builtin
+from flows.transforms.timestamps import epoch_ms
+from sinks.model import MISSING, FieldPath
+
+_DOLLAR_GROUP = re.compile(r"\$(?:(\d+)|\{(\w+)\}|(\$))")
+
+
+@builtin(
+    "route",
+    keys=("index", "timestamp_field", "topic_regex", "replacement", "routing_field"),
+    doc="""index (template such as `logs-{yyyy.MM.dd}`, dated by the record timestamp or by
+    timestamp_field: epoch ms or ISO string), or topic_regex + replacement (`idx-$1`,
+    `idx-\\1`, `${name}`; index left unchanged unless the topic fully matches);
+    routing_field sets doc.routing (missing, or not a non-empty string or an integer:
+    ValueError).""",
+)
+def route(e: Entry) -> Transform:
+    if e.has("index") and e.has("topic_regex"):
+        e.reject(".topic_regex", "give either index or topic_regex, not both")
+    if not any(e.has(k) for k in ("index", "topic_regex", "routing_field")):
+        e.reject(".index", "required for type route (or topic_regex, or routing_field)")
+    if e.has("replacement") and not e.has("topic_regex"):
+        e.reject(".replacement", "only valid with topic_regex")
+    if e.has("timestamp_field") and not e.has("index"):
+        e.reject(".timestamp_field", "only valid with index")
+
+    set_index: Callable[[Doc], None] | None = None
+    if e.has("index"):
+        try:
+            template = IndexTemplate(e.req_text("index"))
+        except ValueError as exc:
+            e.reject(".index", str(exc))
+        if e.has("timestamp_field"):
+            if not template.has_date:
+                e.reject(".timestamp_field", "the index template has no date part")
+            set_index = _index_from_field(template, e.path("timestamp_field"))
+        else:
+            set_index = _index_from_record(template)
+    elif e.has("topic_regex"):
+        set_index = _index_from_topic(e, e.regex("topic_regex"))
+
+    if not e.has("routing_field"):
+        assert set_index is not None
+        only_index = set_index
+
+        def route_index(doc: Doc) -> Doc:
+            only_index(doc)
+            return doc
+
+        return route_index
+
+    routing = e.path("routing_field")
+
+    def route(doc: Doc) -> Doc:
+        if set_index is not None:
+            set_index(doc)
+        doc.routing = id_string(required_field(doc, routing, "route"), routing, "route")
+        return doc
+
+    return route
+
+
+def _index_from_record(template: IndexTemplate) -> Callable[[Doc], None]:
+    if template.is_static:
+        name = template.template
+
+        def static_index(doc: Doc) -> None:
+            doc.index = name
+
+        return static_index
+    render = template.render
+
+    def record_index(doc: Doc) -> None:
+        record = doc.record
+        doc.index = render(record.topic, record.timestamp)
+
+    return record_index
+
+
+def _index_from_field(template: IndexTemplate, path: FieldPath) -> Callable[[Doc], None]:
+    render = template.render
+    name = path.dotted
+
+    def field_index(doc: Doc) -> None:
+        value = required_field(doc, path, "route")
+        try:
+            ms = epoch_ms(value)
+        except ValueError as exc:
+            msg = f"route: timestamp_field {name}: {exc}"
+            raise ValueError(msg) from None
+        doc.index = render(doc.record.topic, ms)
+
+    return field_index
+
+
+def _index_from_topic(e: Entry, pattern: re.Pattern[str]) -> Callable[[Doc], None]:
+    raw = e.req_text("replacement")
+    replacement = _DOLLAR_GROUP.sub(
+        lambda m: "$" if m.group(3) else f"\\g<{m.group(1) or m.group(2)}>", raw
+    )
+    try:
+        pattern.sub(replacement, "")  # checks group references without a match
+    except (re.error, IndexError) as exc:
+        e.reject(".replacement", f"invalid replacement {raw!r}: {exc}")
+    cache: dict[str, str | None] = {}
+
+    def topic_index(doc: Doc) -> None:
+        topic = doc.record.topic
+        name = cache.get(topic, MISSING)
+        if name is MISSING:
+            if len(cache) > CACHE_LIMIT:
+                cache.clear()
+            m = pattern.fullmatch(topic)
+            name = cache[topic] = None if m is None else m.expand(replacement)
+        if name is not None:
+            doc.index = name
+
+    return topic_index
