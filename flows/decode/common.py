@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import binascii
 import json
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
 from flows.errors import PipelineError
+from sinks.deep import deep_recursion
 
 if TYPE_CHECKING:
     from flows.record import Record
@@ -65,24 +64,6 @@ _INT_MAX = 2**64 - 1
 # hit (rare; digits in strings may also cause one) runs the exact, slower check.
 DIGITS_TO_ZERO = bytes.maketrans(b"-123456789", b"0000000000")
 TWENTY_DIGITS = b"0" * 20
-
-# Decoding accepts up to 1,024 levels (orjson's limit), but the standard library's C code
-# stops at Python's recursion limit (1,000 by default): the rare paths that must re-walk
-# such a document raise the limit for the call.
-_DEEP_LIMIT = 5000
-
-
-@contextmanager
-def deep_recursion() -> Iterator[None]:
-    """Run the body with a recursion limit high enough for 1,024 levels of JSON."""
-    old = sys.getrecursionlimit()
-    if old < _DEEP_LIMIT:
-        sys.setrecursionlimit(_DEEP_LIMIT)
-    try:
-        yield
-    finally:
-        if old < _DEEP_LIMIT:
-            sys.setrecursionlimit(old)
 
 
 def snippet(data: bytes) -> str:

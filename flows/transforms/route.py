@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from flows.naming import IndexTemplate
 from flows.record import Doc
 from flows.transforms.entry import CACHE_LIMIT, Entry
 from flows.transforms.ids import id_string, required_field
 from flows.transforms.registry import Transform, builtin
 from flows.transforms.timestamps import epoch_ms
+from sinks.elasticsearch.index_names import IndexName
 from sinks.model import MISSING, FieldPath
 
 _DOLLAR_GROUP = re.compile(r"\$(?:(\d+)|\{(\w+)\}|(\$))")
@@ -38,7 +38,7 @@ def route(e: Entry) -> Transform:
     set_index: Callable[[Doc], None] | None = None
     if e.has("index"):
         try:
-            template = IndexTemplate(e.req_text("index"))
+            template = IndexName(e.req_text("index"))
         except ValueError as exc:
             e.reject(".index", str(exc))
         if e.has("timestamp_field"):
@@ -71,7 +71,7 @@ def route(e: Entry) -> Transform:
     return route
 
 
-def _index_from_record(template: IndexTemplate) -> Callable[[Doc], None]:
+def _index_from_record(template: IndexName) -> Callable[[Doc], None]:
     if template.is_static:
         name = template.template
 
@@ -88,7 +88,7 @@ def _index_from_record(template: IndexTemplate) -> Callable[[Doc], None]:
     return record_index
 
 
-def _index_from_field(template: IndexTemplate, path: FieldPath) -> Callable[[Doc], None]:
+def _index_from_field(template: IndexName, path: FieldPath) -> Callable[[Doc], None]:
     render = template.render
     name = path.dotted
 
