@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ def error_for(**env: Any) -> str:
 
 def values(s: Settings) -> dict[str, Any]:
     """Every field of `s`: Settings compare by identity (per-process caches key on them)."""
-    return {f.name: getattr(s, f.name) for f in dataclasses.fields(s)}
+    return {name: getattr(s, name) for name in type(s).model_fields}
 
 
 def write_yaml(tmp_path: Path, text: str) -> str:

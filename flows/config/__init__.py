@@ -1,0 +1,145 @@
+"""Settings: environment variables, optionally on top of a YAML file (ES_SINK_CONFIG).
+
+The environment variable names are a public contract. A YAML file uses the same names in
+lower case plus `transforms:` (a list) and `kafka_config:` / `schema_registry_config:` /
+`es_index_map:` (maps); the environment overrides the file. Every invalid value raises
+`ConfigError` naming the setting, in one line.
+
+Each setting is declared once (pydantic-settings), in the group of the part of the program
+that reads it, with the rules across settings on the group they govern:
+
+- `kafka.KafkaSettings`: topics, cluster, consumer group, librdkafka pass-through;
+- `decode.DecodeSettings`: key and value formats, the Schema Registry;
+- `transforms.TransformSettings`: the transform list;
+- `dead_letters.DeadLetterSettings`: the dead-letter topic and the error policy;
+- `document.DocumentSettings`: index, id, version, routing, write method;
+- `elasticsearch.ConnectionSettings`, `elasticsearch.BulkSettings`: the cluster, `_bulk`;
+- `runtime.RuntimeSettings`: graceful stop, garbage collector, metadata refresh.
+
+`Settings` is all of them as one flat model (`settings.bulk_max_actions`).
+`python -m flows.config --markdown` lists them; `--json-schema` prints the YAML file's schema.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from flows.config.dead_letters import NULL_KEY_POLICIES, NULL_VALUE_POLICIES, DeadLetterSettings
+from flows.config.decode import REGISTRY_FORMATS, VALUE_FORMATS, DecodeSettings
+from flows.config.document import WRITE_METHODS, DocumentSettings
+from flows.config.elasticsearch import BulkSettings, ConnectionSettings
+from flows.config.fields import (
+    KAFKA_CONFIG_PREFIX,
+    SCHEMA_REGISTRY_CONFIG_PREFIX,
+    ValidationError,
+    config_error,
+)
+from flows.config.kafka import KafkaSettings
+from flows.config.runtime import RuntimeSettings
+from flows.config.sources import EnvironmentSource, YamlFileSource, env_names, env_prefix
+from flows.config.transforms import TransformSettings
+from sinks.secrets import Secret, redact
+
+__all__ = [
+    "KAFKA_CONFIG_PREFIX",
+    "NULL_KEY_POLICIES",
+    "NULL_VALUE_POLICIES",
+    "REGISTRY_FORMATS",
+    "SCHEMA_REGISTRY_CONFIG_PREFIX",
+    "VALUE_FORMATS",
+    "WRITE_METHODS",
+    "Secret",
+    "Settings",
+    "redact",
+]
+
+# Pass-through keys whose values are credentials (masked wherever text leaves the process).
+_SENSITIVE = re.compile(
+    r"password|secret|user\.info|sasl\.jaas|token|credential|key\.pem|key$", re.IGNORECASE
+)
+
+
+# The groups in reverse: pydantic collects fields and runs validators from the last base to
+# the first, so this order reads (and checks) Kafka first, as the README lists them.
+class Settings(
+    RuntimeSettings,
+    BulkSettings,
+    ConnectionSettings,
+    DocumentSettings,
+    DeadLetterSettings,
+    TransformSettings,
+    DecodeSettings,
+    KafkaSettings,
+    BaseSettings,
+):
+    """Everything the flow needs, parsed and checked once at start.
+
+    Compared and hashed by identity, so per-process resources (one Elasticsearch client,
+    one dead-letter producer) can be cached per settings object.
+    """
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        validate_by_name=True,
+        validate_by_alias=True,
+        coerce_numbers_to_str=True,
+        validate_default=True,
+        defer_build=False,
+    )
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return object.__hash__(self)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """`Settings(...)` takes only its arguments; `load()` reads the environment and file."""
+        return (init_settings,)
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read ES_SINK_CONFIG (if set) and the environment; raise ConfigError if invalid."""
+        env = os.environ if environ is None else environ
+        path = (env.get("ES_SINK_CONFIG") or "").strip() or None
+        sources = (EnvironmentSource(cls, env), YamlFileSource(cls, path))
+        try:
+            return cls(_build_sources=(sources, {}))  # type: ignore[call-arg]
+        except ValidationError as e:
+            raise config_error(e) from None
+
+    def secrets(self) -> list[str]:
+        """Every configured secret value, to mask wherever text leaves the process."""
+        out = [
+            value.reveal()
+            for name in type(self).model_fields
+            if isinstance(value := getattr(self, name), Secret) and value.reveal()
+        ]
+        for conf in (self.kafka_config, self.schema_registry_config):
+            out.extend(v for k, v in conf.items() if _SENSITIVE.search(k) and v)
+        return out
+
+
+def declared() -> dict[str, Any]:
+    """Environment name -> FieldInfo of every setting, in declaration order."""
+    fields = Settings.model_fields
+    return {name: fields[field] for name, field in env_names(Settings).items()}
+
+
+# Settings read from the environment, by name (the YAML file uses them in lower case); the
+# maps only YAML can express are filled from the environment by their prefix.
+_ENV_NAMES = frozenset(name for name, field in declared().items() if env_prefix(field) is None)

@@ -1,0 +1,60 @@
+"""Dead letters and the error policy: read by flows/policy.py, flows/process.py (tombstones,
+null keys) and sinks/dead_letter.py (the producer)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Self
+
+from pydantic import model_validator
+
+from flows.config.fields import Flag, Group, OneOf, setting
+from flows.errors import ConfigError
+
+NULL_VALUE_POLICIES = ("ignore", "delete", "dlq", "fail")
+NULL_KEY_POLICIES = ("coordinates", "dlq")
+
+
+class DeadLetterSettings(Group):
+    """Where failed records go, and when failures stop the flow."""
+
+    dlq_topic: str | None = setting("DLQ_TOPIC", None, "dead-letter topic (must exist)")
+    errors_tolerance: Annotated[str, OneOf(("none", "all"))] = setting(
+        "ERRORS_TOLERANCE", "none", "none: a failed record stops the flow; all: dead-letter it"
+    )
+    dlq_stacktrace: Flag = setting(
+        "DLQ_STACKTRACE", False, "add __connect.errors.exception.stacktrace"
+    )
+    dlq_max_consecutive: int = setting(
+        "DLQ_MAX_CONSECUTIVE", 0, "stop when more records than this fail in a row (0: off)", ge=0
+    )
+    dlq_max_ratio: float = setting(
+        "DLQ_MAX_RATIO", 0.0, "stop when the failed share exceeds this (0: off)", ge=0.0, le=1.0
+    )
+    dlq_ratio_min_records: int = setting(
+        "DLQ_RATIO_MIN_RECORDS", 1000, "records seen before DLQ_MAX_RATIO applies", ge=1
+    )
+    on_null_value: Annotated[str, OneOf(NULL_VALUE_POLICIES)] = setting(
+        "ON_NULL_VALUE", "ignore", "tombstones: ignore, delete (by document id), dlq or fail"
+    )
+    on_null_key: Annotated[str, OneOf(NULL_KEY_POLICIES)] = setting(
+        "ON_NULL_KEY", "coordinates", "DOC_ID=key with a null key: use coordinates, or dlq"
+    )
+    dlq_retry_budget_s: float = setting(
+        "DLQ_RETRY_BUDGET_S",
+        0.0,
+        "0 means retry the dead-letter topic forever on transient broker errors (the flow stalls)",
+        ge=0.0,
+    )
+
+    @model_validator(mode="after")
+    def _dead_letters_need_a_topic(self) -> Self:
+        if self.errors_tolerance == "all" and not self.dlq_topic:
+            msg = "DLQ_TOPIC: required when ERRORS_TOLERANCE=all (dead letters go there)"
+            raise ConfigError(msg)
+        for name, policy in (
+            ("ON_NULL_VALUE", self.on_null_value),
+            ("ON_NULL_KEY", self.on_null_key),
+        ):
+            if policy == "dlq" and not self.dlq_topic:
+                raise ConfigError(f"DLQ_TOPIC: required when {name}=dlq")
+        return self

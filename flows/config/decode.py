@@ -1,0 +1,42 @@
+"""Decoding settings: read by flows/decode.py (the converters and the Schema Registry client)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Self
+
+from pydantic import model_validator
+
+from flows.config.fields import SCHEMA_REGISTRY_CONFIG_PREFIX, Group, OneOf, Pairs, setting
+from flows.decode import CONVERTERS, REGISTRY_FORMATS
+from flows.errors import ConfigError
+
+VALUE_FORMATS = tuple(CONVERTERS)  # the converter registry is the only list of formats
+
+Format = Annotated[str, OneOf(VALUE_FORMATS)]
+
+
+class DecodeSettings(Group):
+    """How record keys and values become documents."""
+
+    value_format: Format = setting("VALUE_FORMAT", "json", "converter of record values")
+    key_format: Format = setting("KEY_FORMAT", "string", "converter of record keys")
+    value_field: str = setting(
+        "VALUE_FIELD", "message", "field that wraps `string` / `bytes` values"
+    )
+    schema_registry_url: str | None = setting(
+        "SCHEMA_REGISTRY_URL", None, "Confluent Schema Registry, for avro, json-schema, protobuf"
+    )
+    schema_registry_config: Pairs = setting(
+        "SCHEMA_REGISTRY_CONFIG",
+        {},
+        "schema-registry client settings: SCHEMA_REGISTRY_CONFIG_<NAME> variables, or a YAML map",
+        prefix=SCHEMA_REGISTRY_CONFIG_PREFIX,
+        repr=False,
+    )
+
+    @model_validator(mode="after")
+    def _registry_for_registry_formats(self) -> Self:
+        for name, fmt in (("VALUE_FORMAT", self.value_format), ("KEY_FORMAT", self.key_format)):
+            if fmt in REGISTRY_FORMATS and not self.schema_registry_url:
+                raise ConfigError(f"SCHEMA_REGISTRY_URL: required when {name}={fmt}")
+        return self

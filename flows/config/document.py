@@ -1,0 +1,198 @@
+"""Document settings: which index, id, version and routing each write gets, and how it is
+written. Read by sinks/actions.py (ActionBuilder). The rules here govern where a write or a
+delete lands, so the ones that also read other groups' settings (ON_NULL_VALUE, the topics,
+the transforms) are written here too."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Self
+
+from pydantic import AfterValidator, BeforeValidator, field_validator, model_validator
+
+from flows.config.fields import Flag, Group, OneOf, PairsInput, pairs, setting
+from flows.errors import ConfigError
+from sinks.elasticsearch.index_names import IndexName
+from sinks.elasticsearch.write_methods import DATA_STREAM_METHOD, WRITE_METHODS
+
+DOC_IDS = "key, coordinates, none or field:<dotted.path>"
+# Built-in transforms that derive a document's id, key, index or routing from its fields.
+_FIELD_ROUTED = {"route", "id_from_field", "key_from_field"}
+
+
+def _index_template(template: str) -> str:
+    IndexName(template)  # ValueError names the unknown placeholder
+    return template
+
+
+def _has_date(template: str) -> bool:
+    return IndexName(template).has_date
+
+
+IndexTemplateText = Annotated[str, AfterValidator(_index_template)]
+
+
+class DocumentSettings(Group):
+    """Index, id, version, routing and write method of every document."""
+
+    es_index: IndexTemplateText = setting(
+        "ES_INDEX", "{topic}", "index template: {topic} and date parts of the record timestamp"
+    )
+    es_index_map: Annotated[
+        dict[str, IndexTemplateText], BeforeValidator(pairs, json_schema_input_type=PairsInput)
+    ] = setting("ES_INDEX_MAP", {}, "per-topic index: `orders:orders-v2,payments:pay-{yyyy.MM}`")
+    write_method: Annotated[str, OneOf(tuple(WRITE_METHODS))] = setting(
+        "WRITE_METHOD", "index", "index, create (409 = done) or upsert (doc_as_upsert)"
+    )
+    doc_id: str = setting("DOC_ID", "key", f"document id: {DOC_IDS}")
+    version: str = setting("VERSION", "none", "external version: none, offset or header:<name>")
+    es_routing: str | None = setting("ES_ROUTING", None, "key or field:<dotted.path>")
+    es_pipeline: str | None = setting("ES_PIPELINE", None, "ingest pipeline")
+    es_data_stream: Flag = setting("ES_DATA_STREAM", False, "write to data streams (create)")
+    es_timestamp_field: str | None = setting(
+        "ES_TIMESTAMP_FIELD", None, "source field copied to @timestamp"
+    )
+    es_retry_on_conflict: int = setting(
+        "ES_RETRY_ON_CONFLICT",
+        3,
+        "WRITE_METHOD=upsert: re-runs of an update that met a concurrent write (then 409)",
+        ge=0,
+    )
+
+    if TYPE_CHECKING:  # read from the other groups of Settings
+        topics: tuple[str, ...]
+        topics_regex: str | None
+        on_null_value: str
+        transforms: tuple[dict[str, Any], ...]
+
+    @field_validator("doc_id")
+    @classmethod
+    def _doc_id(cls, value: str) -> str:
+        if value not in ("key", "coordinates", "none") and not _dotted("field:", value):
+            raise ValueError(f"expected {DOC_IDS}, got {value!r}")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if value not in ("none", "offset") and not _dotted("header:", value):
+            raise ValueError(f"expected none, offset or header:<name>, got {value!r}")
+        return value
+
+    @field_validator("es_routing")
+    @classmethod
+    def _routing(cls, value: str | None) -> str | None:
+        if value and value != "key" and not _dotted("field:", value):
+            raise ValueError(f"expected key or field:<dotted.path>, got {value!r}")
+        return value
+
+    @property
+    def doc_id_field(self) -> str | None:
+        """The dotted path of DOC_ID=field:<path>, else None."""
+        return self.doc_id.split(":", 1)[1] if self.doc_id.startswith("field:") else None
+
+    @property
+    def version_header(self) -> str | None:
+        """The header name of VERSION=header:<name>, else None."""
+        return self.version.split(":", 1)[1] if self.version.startswith("header:") else None
+
+    @property
+    def external_versioning(self) -> bool:
+        """True when writes carry `version_type=external`."""
+        return self.version != "none"
+
+    @model_validator(mode="after")
+    def _writes(self) -> Self:
+        """Write method, ids, versions and data streams that Elasticsearch accepts together."""
+        method = WRITE_METHODS[self.write_method]
+        if self.es_data_stream and not method.allows_data_stream:
+            if "write_method" in self.model_fields_set:
+                msg = f"data streams accept only {DATA_STREAM_METHOD} (ES_DATA_STREAM=true)"
+                raise ConfigError(f"WRITE_METHOD: {msg}")
+            object.__setattr__(self, "write_method", DATA_STREAM_METHOD)  # derived, at load
+            method = WRITE_METHODS[DATA_STREAM_METHOD]
+        if self.external_versioning and not method.allows_external_version:
+            allowed = ", ".join(m.name for m in WRITE_METHODS.values() if m.allows_external_version)
+            msg = f"Elasticsearch allows external versioning only with {allowed}, not {method.name}"
+            raise ConfigError(f"VERSION: {msg}")
+        if self.external_versioning and self.doc_id == "none":
+            raise ConfigError("VERSION: external versioning needs document ids (DOC_ID is none)")
+        if method.needs_id and self.doc_id == "none":
+            msg = f"{method.name} needs document ids (DOC_ID is none)"
+            raise ConfigError(f"WRITE_METHOD: {msg}")
+        if self.on_null_value == "delete":
+            _check_deletes_can_find(self)
+        if self.version == "offset":
+            _check_offsets_comparable(self)
+        return self
+
+
+def _dotted(prefix: str, value: str) -> bool:
+    rest = value[len(prefix) :]
+    return value.startswith(prefix) and bool(rest) and not any(c.isspace() for c in rest)
+
+
+def _check_deletes_can_find(s: DocumentSettings) -> None:
+    """ON_NULL_VALUE=delete: a tombstone must name the index, id and routing of the document
+    it deletes. It has no fields and its own timestamp, so anything derived from those would
+    send the delete elsewhere, where Elasticsearch answers 404 and the document stays
+    (review finding F3). Refused at start rather than silently doing nothing."""
+    why = "ON_NULL_VALUE=delete: a tombstone has no fields and its own timestamp, so"
+    if s.doc_id != "key":
+        msg = f"{why} its delete can only find a document whose id is the record key (DOC_ID=key)"
+        raise ConfigError(f"DOC_ID: {msg}, got {s.doc_id!r}")
+    if s.es_routing and s.es_routing != "key":
+        msg = f"{why} a delete cannot be routed by a field; use ES_ROUTING=key or no routing"
+        raise ConfigError(f"ES_ROUTING: {msg}")
+    if s.es_data_stream:
+        raise ConfigError("ES_DATA_STREAM: data streams accept only create, not deletes")
+    for name, template in (("ES_INDEX", s.es_index), *_named_map(s.es_index_map)):
+        if _has_date(template):
+            msg = (
+                f"{why} a delete would go to the index of the tombstone's date, not the "
+                f"document's; use an index without a date part or ON_NULL_VALUE=ignore/dlq"
+            )
+            raise ConfigError(f"{name}: {msg} ({template!r})")
+    for i, entry in enumerate(s.transforms):
+        kind = entry.get("type")
+        dated = kind == "route" and _has_date(str(entry.get("index") or ""))
+        by_field = kind == "route" and ("routing_field" in entry or "timestamp_field" in entry)
+        if kind in ("id_from_field", "key_from_field") or dated or by_field:
+            msg = f"{why} a {kind} transform cannot give its delete the document's {_what(kind)}"
+            raise ConfigError(f"transforms[{i}]: {msg}")
+
+
+def _check_offsets_comparable(s: DocumentSettings) -> None:
+    """VERSION=offset uses the Kafka offset as the document version, and offsets are ordered
+    only within one partition: wherever one document can receive writes from two partitions,
+    a newer write loses to an older one and the 409 counts as done (review finding F5). What
+    the settings show is refused here; what only Kafka shows (partitions added, a recreated
+    topic) is refused by the source."""
+    why = (
+        "VERSION=offset orders writes by Kafka offset, which is ordered only within one "
+        "partition, so"
+    )
+    fix = "use VERSION=none (writes to one document stay in order) or VERSION=header:<name>"
+    if s.doc_id not in ("key", "coordinates"):  # a coordinates id has one record
+        msg = f"{why} the document id must be the record key (DOC_ID=key), got {s.doc_id!r}; {fix}"
+        raise ConfigError(f"VERSION: {msg}")
+    # With a regex the topics are not known yet: every mapped index may receive its topic.
+    indices = [s.es_index_map.get(t, s.es_index) for t in s.topics] or list(s.es_index_map.values())
+    indices = [i for i in indices if "{topic}" not in i]  # the others differ per topic
+    clash = next((i for i in indices if indices.count(i) > 1), None)
+    if clash is not None or (s.topics_regex and "{topic}" not in s.es_index):
+        where = f"index {clash!r}" if clash else f"ES_INDEX={s.es_index!r} with KAFKA_TOPICS_REGEX"
+        msg = f"{why} several topics must not write one index ({where}); {fix}"
+        raise ConfigError(f"VERSION: {msg}")
+    for i, entry in enumerate(s.transforms):
+        if entry.get("type") in _FIELD_ROUTED:
+            msg = f"{why} a {entry['type']} transform must not choose ids or indices; {fix}"
+            raise ConfigError(f"transforms[{i}]: {msg}")
+
+
+def _named_map(index_map: Mapping[str, str]) -> Sequence[tuple[str, str]]:
+    return [(f"ES_INDEX_MAP[{t}]", i) for t, i in index_map.items()]
+
+
+def _what(kind: object) -> str:
+    return {"route": "index and routing", "id_from_field": "id"}.get(str(kind), "key")

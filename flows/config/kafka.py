@@ -1,0 +1,100 @@
+"""Kafka source settings: read by flows/source.py (and librdkafka() by the dead-letter
+producer and the start-up checks)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Self
+
+from pydantic import field_validator, model_validator
+
+from flows.config.fields import KAFKA_CONFIG_PREFIX, Flag, Group, Items, OneOf, Pairs, setting
+from flows.errors import ConfigError
+
+_RESERVED = ("group.id", "enable.auto.commit", "bootstrap.servers")
+
+
+class KafkaSettings(Group):
+    """Which topics to read, from which cluster, as which consumer group."""
+
+    topics: Items = setting(
+        "KAFKA_TOPICS", (), "comma-separated topics; or KAFKA_TOPICS_REGEX", shown="(required)"
+    )
+    topics_regex: str | None = setting(
+        "KAFKA_TOPICS_REGEX", None, "every topic fully matching it (not DLQ_TOPIC, not __*)"
+    )
+    bootstrap_servers: str = setting(
+        "KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092", "host:port[,host:port]"
+    )
+    group_id: str = setting("KAFKA_GROUP_ID", "es-sink", "consumer group whose offsets we commit")
+    auto_offset_reset: Annotated[str, OneOf(("earliest", "latest"))] = setting(
+        "KAFKA_AUTO_OFFSET_RESET", "earliest", "where to start without snapshot or commit"
+    )
+    stop_at_end: Flag = setting(
+        "KAFKA_STOP_AT_END", False, "exit 0 once every partition reached its end offset at start"
+    )
+    consume_batch_size: int = setting(
+        "KAFKA_CONSUME_BATCH_SIZE", 1000, "records per consume() call", ge=1
+    )
+    kafka_config: Pairs = setting(
+        "KAFKA_CONFIG",
+        {},
+        "librdkafka settings: KAFKA_CONFIG_<NAME> variables, or a YAML map",
+        prefix=KAFKA_CONFIG_PREFIX,
+        repr=False,
+    )
+
+    @field_validator("topics_regex")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as e:
+                raise ValueError(f"invalid regular expression: {e}") from None
+        return value
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_ports(cls, value: str) -> str:
+        for server in value.split(","):
+            host, sep, port = server.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"expected host:port[,host:port], got {server!r}")
+        return value
+
+    @field_validator("kafka_config")
+    @classmethod
+    def _not_reserved(cls, value: dict[str, str]) -> dict[str, str]:
+        for reserved in _RESERVED:
+            if reserved in value:
+                name = KAFKA_CONFIG_PREFIX + reserved.upper().replace(".", "_")
+                msg = (
+                    f"{name}: is managed by the flow; use the dedicated setting "
+                    "(KAFKA_GROUP_ID, KAFKA_BOOTSTRAP_SERVERS) instead"
+                )
+                raise ConfigError(msg)
+        return value
+
+    @model_validator(mode="after")
+    def _topics_or_regex(self) -> Self:
+        if not self.topics and not self.topics_regex:
+            msg = "KAFKA_TOPICS: required (comma-separated topic names), or set KAFKA_TOPICS_REGEX"
+            raise ConfigError(msg)
+        if self.topics and self.topics_regex:
+            msg = "KAFKA_TOPICS_REGEX: set either KAFKA_TOPICS or KAFKA_TOPICS_REGEX, not both"
+            raise ConfigError(msg)
+        return self
+
+    def librdkafka(
+        self, defaults: Mapping[str, Any] | None = None, **overrides: Any
+    ) -> dict[str, Any]:
+        """The librdkafka configuration: our `defaults`, then the user's pass-through
+        settings (which win over defaults), then `overrides` the flow relies on."""
+        return {
+            **(defaults or {}),
+            "bootstrap.servers": self.bootstrap_servers,
+            **self.kafka_config,
+            **overrides,
+        }

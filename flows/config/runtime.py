@@ -1,0 +1,29 @@
+"""Process settings: read by flows/es_sink.py (graceful stop, garbage collector clock) and
+flows/discovery.py (the metadata watcher that restarts the process for new partitions)."""
+
+from __future__ import annotations
+
+from flows.config.fields import Group, setting
+
+
+class RuntimeSettings(Group):
+    """How the process stops, collects garbage and notices new partitions."""
+
+    shutdown_timeout_s: float = setting(
+        "SHUTDOWN_TIMEOUT_S",
+        30.0,
+        "Seconds a graceful stop (SIGTERM/SIGINT) may take before the process exits non-zero",
+        ge=0.0,
+    )
+    gc_interval_s: float = setting(
+        "GC_INTERVAL_S",
+        10.0,
+        "Seconds between the cyclic garbage collector's runs (flows.collector); 0: Python's",
+        ge=0.0,
+    )
+    kafka_metadata_refresh_s: float = setting(
+        "KAFKA_METADATA_REFRESH_S",
+        30.0,
+        "Seconds between checks for new partitions/topics (restart to read them); 0: off",
+        ge=0.0,
+    )
