@@ -98,9 +98,11 @@ def produce(
     rng: random.Random | None = None,
     first_seq: int = 0,
     partitions: int = 8,
+    first_aborted: int = 0,
 ) -> Produced:
     """Produce `recs` (seq header = `first_seq` + position) in order; see the module
-    docstring. Raises KafkaException unless every record was confirmed."""
+    docstring (aborted records are numbered from `first_aborted`). Raises KafkaException
+    unless every record was confirmed."""
     from confluent_kafka import KafkaException, Producer
 
     rng = rng or random.Random(0)
@@ -129,7 +131,7 @@ def produce(
         last = pos >= len(recs)
         if txn is not None and (last or rng.random() < ABORT_CHANCE):
             plain.flush()
-            first = len(out.aborted)
+            first = first_aborted + len(out.aborted)
             junk = aborted_records(
                 rng, segment, rng.randint(3, max(3, hi // 10)), first, partitions
             )

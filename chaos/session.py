@@ -189,6 +189,7 @@ def run_mode(
                 extra = produce(
                     args.bootstrap, topic, more, txn_share=args.txn_share, rng=rng,
                     first_seq=len(recs), partitions=mode.partitions + GROW_ADD,
+                    first_aborted=len(produced.aborted),
                 )  # fmt: skip
                 recs.extend(more)
                 produced.aborted.extend(extra.aborted)
