@@ -141,14 +141,15 @@ class FieldPath:
         self.head = keys[:-1]
         self.last = keys[-1]
 
-    def get(self, source: Any) -> Any:
-        """The value at this path (None for a null), or MISSING."""
+    def get(self, source: Any, default: Any = MISSING) -> Any:
+        """The value at this path (None for a null), or `default` (MISSING) when the path
+        does not exist. `get(src, None)` reads a missing path and a null alike."""
         value = source
         for key in self.keys:
             if not isinstance(value, dict):
-                return MISSING
+                return default
             value = value.get(key, MISSING)
-        return value
+        return default if value is MISSING else value
 
     def parent(self, source: Any) -> dict[str, Any] | None:
         """The object holding the last key, or None when there is none on this path."""

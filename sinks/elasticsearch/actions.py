@@ -16,7 +16,7 @@ import orjson
 from sinks.deep import deep_recursion
 from sinks.elasticsearch.config import DocumentConfig
 from sinks.elasticsearch.index_names import IndexName
-from sinks.model import MISSING, Action, Doc, Record
+from sinks.model import Action, Doc, Record
 
 MAX_ID_BYTES = 512  # Elasticsearch refuses longer ids (and fails the whole bulk request)
 MAX_VERSION = 2**63 - 1
@@ -45,6 +45,10 @@ class ActionBuilder:
         self._index_map = {t: IndexName(i) for t, i in config.index_map.items()}
         self._id_mode = config.doc_id
         self._id_path = config.id_field
+        if self._id_mode == "field" and self._id_path is None:
+            msg = "DOC_ID=field needs a field path"
+            raise ValueError(msg)
+        self._id_get = self._id_path.get if self._id_path is not None else _no_field
         self._null_key_dlq = config.on_null_key == "dlq"
         self._version_offset = config.version == "offset"
         self._version_header = config.version_header
@@ -140,9 +144,9 @@ class ActionBuilder:
             return _as_id(doc.key)
         if mode == "coordinates":
             return doc.record.coordinates
-        if mode == "field" and self._id_path is not None:
-            value = self._id_path.get(doc.source)
-            if value is None or value is MISSING:
+        if mode == "field":
+            value = self._id_get(doc.source, None)
+            if value is None:  # missing or null
                 msg = f"document id field {self._id_path} is missing or null"
                 raise ActionError(msg)
             return _as_id(value)
@@ -154,8 +158,8 @@ class ActionBuilder:
         if self._routing_key:
             return None if doc.key is None else _as_id(doc.key)
         if self._routing_path is not None:
-            value = self._routing_path.get(doc.source)
-            return None if value is None or value is MISSING else _as_id(value)
+            value = self._routing_path.get(doc.source, None)  # missing or null
+            return None if value is None else _as_id(value)
         return None
 
     def _header_version(self, rec: Record) -> int:
@@ -171,8 +175,8 @@ class ActionBuilder:
 
     def _timestamp(self, doc: Doc) -> Any:
         if self._ts_path is not None:
-            value = self._ts_path.get(doc.source)
-            if value is None or value is MISSING:
+            value = self._ts_path.get(doc.source, None)
+            if value is None:  # missing or null
                 msg = f"timestamp field {self._ts_path} is missing (data stream)"
                 raise ActionError(msg)
             return value
@@ -199,6 +203,10 @@ def _dumps(value: Any) -> bytes:
                 e = TypeError(str(deep_error))
         msg = f"not JSON-serializable: {e}"
         raise ActionError(msg) from None
+
+
+def _no_field(source: Any, default: Any) -> Any:
+    return default
 
 
 def _utf8_len(text: str) -> int:

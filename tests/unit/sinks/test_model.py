@@ -115,3 +115,11 @@ def test_flows_record_reexports_the_model() -> None:
     assert flows.record.Doc is Doc
     assert flows.record.Record is Record
     assert flows.record.DeadLetter is DeadLetter
+
+
+def test_get_with_a_default_folds_missing_only() -> None:
+    p = FieldPath("a.b")
+    assert p.get({"a": {}}, None) is None
+    assert p.get({"a": None}, "d") == "d"
+    assert p.get({"a": {"b": None}}, "d") is None  # a null is still a value
+    assert p.get({"a": {"b": 0}}, None) == 0
