@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import pickle
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +31,6 @@ from tests.unit.decode_support import (
 )
 
 # -- Schema Registry stand-in
-
-
-@pytest.fixture(scope="module")
-def registry() -> Iterator[SchemaRegistryStub]:
-    with SchemaRegistryStub() as stub:
-        yield stub
-
-
-@pytest.fixture(scope="module")
-def client(registry: SchemaRegistryStub) -> Iterator[SchemaRegistryClient]:
-    with SchemaRegistryClient({"url": registry.url}) as c:
-        yield c
 
 
 # -- protobuf (message types built in code: no protoc, no generated classes)

@@ -11,7 +11,6 @@ import decimal
 import pickle
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -35,18 +34,6 @@ from tests.unit.decode_support import (
 )
 
 # -- Schema Registry formats (against the stand-in)
-
-
-@pytest.fixture(scope="module")
-def registry() -> Iterator[SchemaRegistryStub]:
-    with SchemaRegistryStub() as stub:
-        yield stub
-
-
-@pytest.fixture(scope="module")
-def client(registry: SchemaRegistryStub) -> Iterator[SchemaRegistryClient]:
-    with SchemaRegistryClient({"url": registry.url}) as c:
-        yield c
 
 
 ORDER_SCHEMA = orjson.dumps(
