@@ -48,7 +48,7 @@ OK = None
 
 
 def walk(policy: ErrorPolicy, outcomes: Sequence[DeadLetter | None]) -> None:
-    """Walk one batch the way Processor and the sink do (see flows.policy's docstring).
+    """Walk one batch the way Processor and the sink do (see sinks.dead_letter.policy's docstring).
 
     `outcomes` holds, in record order, OK for a success and a DeadLetter for a failure.
     """
