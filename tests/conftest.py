@@ -8,13 +8,27 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from devkit.es import count_docs, search_all
+from devkit.kafka import Message, committed_offsets, consume_all, create_topic, produce
+from devkit.wait import wait_for
+
+__all__ = [
+    "Message",
+    "committed_offsets",
+    "consume_all",
+    "count_docs",
+    "create_topic",
+    "produce",
+    "search_all",
+    "wait_for",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA = os.environ.get("ES_SINK_TEST_KAFKA", "127.0.0.1:19092")
@@ -82,105 +96,6 @@ def names(services: Services) -> Iterator[Callable[[str], str]]:
     client.close()
 
 
-def create_topic(kafka: str, topic: str, partitions: int = 1) -> None:
-    """Create a topic and wait until every partition has a leader."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": kafka})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        meta = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if (
-            meta
-            and meta.error is None
-            and len(meta.partitions) == partitions
-            and all(p.leader >= 0 for p in meta.partitions.values())
-        ):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"topic {topic} has no leaders after 30s")
-
-
-Message = (
-    tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
-)
-
-
-def produce(
-    kafka: str, topic: str, messages: Iterable[Message], partition: int | None = None
-) -> int:
-    """Produce (key, value[, headers]) tuples, in order, and wait for every delivery."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": kafka, "linger.ms": 5, "message.max.bytes": 16777216})
-    errors: list[object] = []
-    n = 0
-    for m in messages:
-        kwargs = {"key": m[0], "value": m[1]}
-        if len(m) > 2:
-            kwargs["headers"] = m[2]  # type: ignore[misc]
-        if partition is not None:
-            kwargs["partition"] = partition
-        producer.produce(topic, on_delivery=lambda err, _m: err and errors.append(err), **kwargs)
-        producer.poll(0)
-        n += 1
-    assert producer.flush(30) == 0
-    assert not errors, errors
-    return n
-
-
-def consume_all(kafka: str, topic: str, timeout: float = 20.0) -> list[object]:
-    """Every message of `topic` from the beginning (stops at the end offsets)."""
-    from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    meta = (
-        AdminClient({"bootstrap.servers": kafka}).list_topics(topic, timeout=10).topics.get(topic)
-    )
-    if meta is None or meta.error is not None:
-        return []
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka,
-            "group.id": f"check-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-        }
-    )
-    out: list[object] = []
-    try:
-        for p in meta.partitions:
-            tp = TopicPartition(topic, p)
-            low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, low)])
-            deadline = time.monotonic() + timeout
-            got = 0
-            while got < high - low and time.monotonic() < deadline:
-                for m in consumer.consume(500, 0.5):
-                    if m.error() is None:
-                        out.append(m)
-                        got += 1
-    finally:
-        consumer.close()
-    return out
-
-
-def committed_offsets(kafka: str, group: str, topic: str) -> dict[int, int]:
-    """The consumer group's committed offset per partition (-1001 when none)."""
-    from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    meta = AdminClient({"bootstrap.servers": kafka}).list_topics(topic, timeout=10).topics[topic]
-    consumer = Consumer({"bootstrap.servers": kafka, "group.id": group})
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in meta.partitions], timeout=10)
-    finally:
-        consumer.close()
-    return {tp.partition: tp.offset for tp in tps}
-
-
 @dataclass
 class FlowRun:
     """A finished flow process."""
@@ -228,28 +143,3 @@ def start_flow(
     cmd, full_env = flow_command(services, env, *args, module=module)
     with open(log, "ab") as out:
         return subprocess.Popen(cmd, env=full_env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll `condition` until true; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
-
-
-def count_docs(es: object, index: str) -> int:
-    """Documents in `index` after a refresh (0 if it does not exist yet)."""
-    if not es.indices.exists(index=index):  # type: ignore[attr-defined]
-        return 0
-    es.indices.refresh(index=index)  # type: ignore[attr-defined]
-    return int(es.count(index=index)["count"])  # type: ignore[attr-defined]
-
-
-def search_all(es: object, index: str) -> dict[str, dict]:
-    """Every document of `index` (after a refresh), by id."""
-    from elasticsearch.helpers import scan
-
-    es.indices.refresh(index=index)  # type: ignore[attr-defined]
-    return {h["_id"]: h["_source"] for h in scan(es, index=index, size=5000)}  # type: ignore[arg-type]
