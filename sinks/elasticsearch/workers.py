@@ -87,7 +87,9 @@ class _HeldBytes:
         self._held = 0
         self._sending = 0
         self._parts = 0
-        self._cond = threading.Condition(threading.Lock())
+        # Reentrant: a partition's finalizer (`leave`) may run from a garbage collection
+        # that starts inside another method of this object on the same thread.
+        self._cond = threading.Condition(threading.RLock())
 
     def enter(self) -> None:
         """One more partition shares the budget."""
