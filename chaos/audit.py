@@ -8,8 +8,6 @@ reports), never with what the flow says about itself: each document by id, `_sou
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +16,8 @@ import orjson
 
 from chaos.truth import Truth
 from chaos.workload import ABORTED_SEQ, SEQ_HEADER, Rec
+from devkit import kafka
+from devkit.es import hits_by_id
 
 _P = "__connect.errors."
 MAX_DETAILS = 20
@@ -100,13 +100,7 @@ def audit(
 
 def scan_index(es: Any, index: str, source: bool | list[str] = True) -> dict[str, dict[str, Any]]:
     """Every document of `index` by id: the hit with `_source`, `_version`, `_routing`."""
-    from elasticsearch.helpers import scan
-
-    if not es.indices.exists(index=index):
-        return {}
-    es.indices.refresh(index=index)
-    query: dict[str, Any] = {"query": {"match_all": {}}, "_source": source}
-    return {hit["_id"]: hit for hit in scan(es, index=index, query=query, size=5000, version=True)}
+    return hits_by_id(es, index, source=source, version=True, missing_ok=True)
 
 
 def seq_of(hit: dict[str, Any]) -> int:
@@ -264,70 +258,20 @@ def _short(value: Any, limit: int = 300) -> str:
 
 
 def partitions_of(bootstrap: str, topic: str) -> list[int]:
-    from confluent_kafka.admin import AdminClient
-
-    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=15)
-    info = meta.topics.get(topic)
-    if info is None or info.error is not None:
-        return []
-    return sorted(info.partitions)
+    """The partitions of `topic` ([] if none)."""
+    return kafka.partitions_of(bootstrap, topic, timeout=15)
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """High watermarks per partition."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{uuid.uuid4()}"})
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
-            for p in partitions_of(bootstrap, topic)
-        }
-    finally:
-        consumer.close()
+    return kafka.end_offsets(bootstrap, topic, timeout=15)
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """The group's committed offsets (negative when none)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
-    )
-    try:
-        tps = [TopicPartition(topic, p) for p in partitions_of(bootstrap, topic)]
-        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=15)}
-    finally:
-        consumer.close()
+    return kafka.committed_offsets(bootstrap, group, topic, timeout=15)
 
 
 def consume_all(bootstrap: str, topic: str, timeout_s: float = 120.0) -> list[Any]:
-    """Every message of `topic` up to its current end offsets."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    ends = end_offsets(bootstrap, topic)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"chaos-audit-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-        }
-    )
-    out: list[Any] = []
-    try:
-        todo = {p: end for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(topic, p, 0) for p in todo])
-        position = dict.fromkeys(todo, 0)
-        deadline = time.monotonic() + timeout_s
-        while any(position[p] < todo[p] for p in todo):
-            if time.monotonic() > deadline:
-                msg = f"reading {topic} took over {timeout_s:.0f}s: at {position} of {todo}"
-                raise TimeoutError(msg)
-            for m in consumer.consume(1000, 0.5):
-                if m.error() is None:
-                    out.append(m)
-                    position[int(m.partition() or 0)] = int(m.offset() or 0) + 1
-    finally:
-        consumer.close()
-    return out
+    """Every message of `topic` up to its current end offsets (TimeoutError if slower)."""
+    return kafka.consume_all(bootstrap, topic, timeout_s, strict=True)

@@ -24,6 +24,7 @@ from chaos.proxy import Proxy
 from chaos.runner import Chaos, HarnessTimeout, ModeStats, TooManyCrashes
 from chaos.strict import StrictWatch, dropped_after
 from chaos.workload import generate, generate_strict, growth, index_body
+from devkit.kafka import add_partitions, create_topic
 
 
 @dataclass
@@ -35,39 +36,6 @@ class ModeResult:
     growth: Growth | None
     strict: StrictWatch | None
     passed: bool
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create `topic` and wait until every partition has a leader."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    _wait_leaders(admin, topic, partitions)
-
-
-def add_partitions(bootstrap: str, topic: str, total: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewPartitions
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_partitions([NewPartitions(topic, total)])[topic].result(30)
-    _wait_leaders(admin, topic, total)
-
-
-def _wait_leaders(admin: Any, topic: str, partitions: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        meta = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if (
-            meta is not None
-            and meta.error is None
-            and len(meta.partitions) == partitions
-            and all(p.leader >= 0 for p in meta.partitions.values())
-        ):
-            return
-        time.sleep(0.2)
-    msg = f"topic {topic} has no {partitions} partitions with leaders after 30s"
-    raise TimeoutError(msg)
 
 
 def cleanup(
