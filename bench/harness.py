@@ -49,11 +49,13 @@ from typing import Any
 
 import orjson
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from elasticsearch import Elasticsearch
 
 from bench.data import SEED, dataset, lat_key_for, make_doc
 from bench.procs import Proc, ServerCpu, kill_all
+from devkit.es import count_docs
+from devkit.kafka import create_topic
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("ceiling", "loop", "quix", "flow-1w", "flow-2w", "flow-2p")
@@ -138,20 +140,10 @@ class Services:
             ) from None
 
     def create_topic(self, topic: str) -> None:
-        self.admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
-        self.topics.append(topic)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            meta = self.admin.list_topics(topic, timeout=10).topics.get(topic)
-            if (
-                meta
-                and meta.error is None
-                and len(meta.partitions) == PARTITIONS
-                and all(p.leader >= 0 for p in meta.partitions.values())
-            ):
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"topic {topic} has no leaders after 30s")
+        try:
+            create_topic(self.bootstrap, topic, PARTITIONS)
+        finally:
+            self.topics.append(topic)  # deleted at the end even if the leader wait failed
 
     def delete_topic(self, topic: str) -> None:
         with contextlib.suppress(Exception):
@@ -193,8 +185,7 @@ class Services:
             return 0
 
     def count(self, index: str) -> int:
-        self.es.indices.refresh(index=index)
-        return int(self.es.count(index=index)["count"])
+        return count_docs(self.es, index)
 
     def group(self, what: str) -> str:
         g = self.name(f"{what}-{uuid.uuid4().hex[:6]}")
