@@ -1,7 +1,8 @@
-"""Kafka and Elasticsearch helpers shared by tests, bench, chaos and demo.
+"""Kafka and Elasticsearch helpers shared by tests, bench and chaos.
 
-Not part of the installed package (pyproject lists flows, sinks and demo only): everything
-that uses it runs with the repository root on sys.path (pytest's rootdir conftest,
-scripts/bench, scripts/chaos, `python -m demo.run` from the root, as scripts/demo does).
+Not part of the installed package (pyproject lists flows, sinks and demo): its users run
+with the repository root on sys.path (tests/ is a package under the root, scripts/bench and
+scripts/chaos insert the root). demo/ keeps its own create-if-missing and produce because
+it is installed and must import without the repository.
 Modules import confluent_kafka and elasticsearch lazily, so importing devkit costs nothing.
 """

@@ -40,21 +40,6 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     wait_leaders(admin, topic, partitions)
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create `topic` unless it exists (a concurrent creation is fine); no leader wait."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    if topic in admin.list_topics(timeout=30).topics:
-        return
-    try:
-        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    except KafkaException as e:
-        if "TOPIC_ALREADY_EXISTS" not in str(e):
-            raise
-
-
 def add_partitions(bootstrap: str, topic: str, total: int) -> None:
     """Grow `topic` to `total` partitions and wait until each has a leader."""
     from confluent_kafka.admin import AdminClient, NewPartitions
