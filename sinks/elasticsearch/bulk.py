@@ -30,7 +30,7 @@ from elasticsearch import ApiError, Elasticsearch
 
 from sinks import metrics
 from sinks.backoff import Retries
-from sinks.elasticsearch.client import error_reason, refused
+from sinks.elasticsearch.client import credentials_hint, error_reason, refused
 from sinks.errors import ConfigError
 from sinks.model import Action, DeadLetter
 
@@ -321,14 +321,9 @@ def _misconfigured(action: Action, status: int, etype: str, reason: str) -> Conf
             f"({reason}); create it or an index template for it, or correct ES_INDEX / "
             "ES_INDEX_MAP"
         )
-    hint = (
-        "check ES_USERNAME/ES_PASSWORD, ES_API_KEY or ES_BEARER_TOKEN"
-        if status == 401
-        else "the credentials lack a privilege on it: index, create_index or auto_configure"
-    )
     return ConfigError(
         f"ES_HOSTS: Elasticsearch refused writes to index {index} with HTTP {status}: "
-        f"{etype}: {reason} ({hint})"
+        f"{etype}: {reason} ({credentials_hint(401 if status == 401 else 403)})"
     )
 
 

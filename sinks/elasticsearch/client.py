@@ -77,12 +77,18 @@ def refused(e: ApiError, what: str) -> ConfigError:
     """A request Elasticsearch will never accept as sent: name the settings to check."""
     status = e.meta.status
     reason = error_reason(e.body) if isinstance(e.body, dict) else e.message
-    hint = ""
-    if status == 401:
-        hint = " (check ES_USERNAME/ES_PASSWORD, ES_API_KEY or ES_BEARER_TOKEN)"
-    elif status == 403:
-        hint = " (the credentials lack a privilege: index, create_index or auto_configure)"
+    hint = credentials_hint(status)
+    hint = f" ({hint})" if hint else ""
     return ConfigError(f"ES_HOSTS: Elasticsearch refused {what} with HTTP {status}: {reason}{hint}")
+
+
+def credentials_hint(status: int) -> str:
+    """What to check when Elasticsearch answers 401 or 403 ("" for other statuses)."""
+    if status == 401:
+        return "check ES_USERNAME/ES_PASSWORD, ES_API_KEY or ES_BEARER_TOKEN"
+    if status == 403:
+        return "the credentials lack a privilege: index, create_index or auto_configure"
+    return ""
 
 
 def error_reason(body: object) -> str:
