@@ -59,10 +59,15 @@ def request(reason: str = "stop requested", grace_s: float = 0.0) -> None:
             return
         _requested.set()
     logger.warning("%s: finishing the current epoch, flushing and committing, then exiting", reason)
+    _arm_timeout(grace_s)
+
+
+def _arm_timeout(grace_s: float) -> None:
+    """Exit with status 1 once SHUTDOWN_TIMEOUT_S (plus `grace_s`) has passed from now."""
     if _timeout_s:
         threading.Thread(
             target=_exit_after,
-            args=(_timeout_s + grace_s,),
+            args=(_timeout_s, grace_s),
             name="es-sink-stop-timeout",
             daemon=True,
         ).start()
@@ -100,16 +105,23 @@ def _on_signal(signum: int) -> None:
     if not first:
         logger.warning("second %s: exiting now without flushing (nothing is lost)", name)
         _exit(128 + signum)
+    if requested():
+        # A drain another part of the flow asked for (a restart, with its grace) is under
+        # way: the operator's signal still bounds it by SHUTDOWN_TIMEOUT_S alone.
+        logger.warning("%s: the stop under way must finish within SHUTDOWN_TIMEOUT_S", name)
+        _arm_timeout(0.0)
+        return
     request(name)
 
 
-def _exit_after(seconds: float) -> None:
-    threading.Event().wait(seconds)
+def _exit_after(timeout_s: float, grace_s: float) -> None:
+    threading.Event().wait(timeout_s + grace_s)
     logger.error(
-        "the graceful stop did not finish within SHUTDOWN_TIMEOUT_S=%gs (is Elasticsearch or "
-        "Kafka unreachable?); exiting with status %d; what was not committed is read again "
-        "by the next run",
-        seconds,
+        "the graceful stop did not finish within SHUTDOWN_TIMEOUT_S=%gs%s (is Elasticsearch "
+        "or Kafka unreachable?); exiting with status %d; what was not committed is read "
+        "again by the next run",
+        timeout_s,
+        f" plus {grace_s:g}s for the other processes to restart too" if grace_s else "",
         TIMEOUT_EXIT_STATUS,
     )
     _exit(TIMEOUT_EXIT_STATUS)
