@@ -43,6 +43,7 @@ from flows.config import Settings
 from flows.errors import ConfigError
 from flows.recovery_store import SOURCE_KEY, stored_keys
 from flows.runtime import restart_argv
+from flows.topics import find_topics
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +141,6 @@ def listed(settings: Settings) -> dict[str, list[int]] | None:
 
 
 def _watch(settings: Settings, ex: _Execution) -> None:
-    from flows.source import find_topics  # flows.source imports this module
-
     period = settings.kafka_metadata_refresh_s
     seen: dict[str, list[int]] = {}
     last_error = ""
@@ -218,8 +217,6 @@ def _at_exit() -> None:
     if not failed and not shutdown.requested():
         # The dataflow ended without this process asking: peers drained for a change that
         # this process's watcher has not seen yet. Look once more.
-        from flows.source import find_topics
-
         for settings, ex in executions:
             if settings.kafka_metadata_refresh_s > 0 and not settings.stop_at_end:
                 try:

@@ -13,7 +13,7 @@ from flows.config import Settings
 from flows.errors import ConfigError
 from flows.pipeline import build_flow
 from flows.runtime import run_args
-from flows.source import find_topics
+from flows.topics import find_topics
 from sinks.elasticsearch import check_credentials
 
 if not logging.getLogger().handlers:
