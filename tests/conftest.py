@@ -5,6 +5,7 @@ tests fail, they are never skipped.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -143,3 +145,30 @@ def start_flow(
     cmd, full_env = flow_command(services, env, *args, module=module)
     with open(log, "ab") as out:
         return subprocess.Popen(cmd, env=full_env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+
+
+@dataclass
+class CliRun:
+    """A finished `es-sink` command (run in-process through typer's CliRunner)."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run_cli(services: Services, env: dict[str, str], *args: str) -> CliRun:
+    """Run `es-sink <args>` with a flow's settings (the same hermetic environment as
+    `run_flow`, so the command talks about that flow)."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    _, full_env = flow_command(services, env)
+    unset: dict[str, str | None] = {k: None for k in os.environ if k not in full_env}
+    result = CliRunner().invoke(app, list(args), env={**unset, **full_env, "COLUMNS": "200"})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return CliRun(result.exit_code, result.stdout, result.stderr)

@@ -114,3 +114,28 @@ def test_the_check_sees_every_kind_of_import(tmp_path: Path) -> None:
         "sinks.model",
     ]
     assert rank("sinks.elasticsearch.partition") == 3 and rank("sinks.model") == 0
+
+
+FLOW_FILES = sorted(p for p in (ROOT / "flows").rglob("*.py") if "cli" not in p.parts)
+
+
+@pytest.mark.parametrize("path", FLOW_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_flow_never_imports_the_command(path: Path) -> None:
+    """flows/cli (the es-sink command) sits on top of the flow: the runtime never needs it."""
+    upward = [
+        f"{path.relative_to(ROOT)}:{line}: imports {mod}"
+        for line, mod in imports(path)
+        if mod == "flows.cli" or mod.startswith("flows.cli.")
+    ]
+    assert upward == []
+
+
+def test_the_command_never_imports_devkit() -> None:
+    """The installed command must run without the repository's test helpers."""
+    found = [
+        f"{p.relative_to(ROOT)}:{line}: imports {mod}"
+        for p in sorted((ROOT / "flows" / "cli").rglob("*.py"))
+        for line, mod in imports(p)
+        if mod == "devkit" or mod.startswith("devkit.")
+    ]
+    assert found == []

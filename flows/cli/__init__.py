@@ -1,0 +1,31 @@
+"""The `es-sink` operator command (console script `es-sink = "flows.cli:main"`).
+
+Every subcommand reads the flow's settings (the environment and ES_SINK_CONFIG) and goes
+through the flow's own code paths: decoding, transforms, document ids, the sink's client.
+The flow runtime never imports this package (tests/unit/test_layering.py). Subcommands are
+imported on use, so `es-sink --help` and importing this module do no I/O.
+
+Exit status: 0 ok, 1 problem found, 2 bad usage (also an invalid configuration, except for
+`check`, for which it is the problem found).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from flows.cli import check, plugins
+
+app = typer.Typer(
+    name="es-sink",
+    help="Operate an es-sink flow: check, status, dead letters, verify, offsets.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("check")(check.check)
+app.command("plugins")(plugins.plugins)
+
+
+def main() -> None:
+    """The console script."""
+    app()

@@ -1,0 +1,5 @@
+"""`python -m flows.cli`: the es-sink command."""
+
+from flows.cli import main
+
+main()

@@ -1,0 +1,303 @@
+"""What every subcommand shares: settings as the flow reads them, one-line errors with the
+exit statuses (0 ok, 1 problem found, 2 bad usage), `--json` output, and Kafka and
+Elasticsearch clients built from the same settings (librdkafka pass-through, the sink's
+client). Nothing here connects at import."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from flows.errors import ConfigError
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+    from elasticsearch import Elasticsearch
+
+    from flows.config import Settings
+
+OK, PROBLEM, USAGE = 0, 1, 2
+
+KAFKA_TIMEOUT_S = 10.0
+"""Each Kafka look-up waits this long for an answer."""
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+
+class Problem(Exception):
+    """A problem found (exit 1); the message is one line naming the setting or argument."""
+
+
+class Usage(Exception):
+    """Bad usage (exit 2); the message is one line naming the setting or argument."""
+
+
+def die(message: str, code: int) -> NoReturn:
+    """Print `es-sink: <message>` on stderr as one line and exit with `code`."""
+    text = re.sub(r"\s*\n\s*", " ", message).strip()
+    print(f"es-sink: {text}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def errors_as_exits() -> Iterator[None]:
+    """Turn the command's known errors into one line and its exit status."""
+    try:
+        yield
+    except Usage as e:
+        die(str(e), USAGE)
+    except ConfigError as e:
+        die(f"configuration error: {e}", USAGE)
+    except Problem as e:
+        die(str(e), PROBLEM)
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """The flow's settings: the environment and ES_SINK_CONFIG (ConfigError if invalid)."""
+    from flows.config import Settings
+
+    return Settings.load(environ)
+
+
+def emit_json(value: Any) -> None:
+    """One JSON document on stdout (the stable `--json` shapes in the README)."""
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def iso(ms: int | None) -> str | None:
+    """Epoch milliseconds as ISO-8601 UTC (None stays None)."""
+    if ms is None or ms < 0:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def parse_time(text: str, option: str) -> int:
+    """An ISO-8601 time (UTC unless it says otherwise) as epoch milliseconds (Usage if not)."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        msg = f"{option}: expected an ISO-8601 time such as 2026-05-01T12:00:00Z, got {text!r}"
+        raise Usage(msg) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+def truncate(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters with an ellipsis."""
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+
+
+def show_bytes(data: bytes | None, limit: int) -> str | None:
+    """Bytes as text for a person: UTF-8 where it decodes, escapes where not, truncated."""
+    if data is None:
+        return None
+    return truncate(data.decode("utf-8", "backslashreplace"), limit)
+
+
+# ------------------------------------------------------------------ Kafka
+
+
+def admin(settings: Settings) -> AdminClient:
+    """An AdminClient on the flow's cluster with its pass-through settings."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from flows.source import kafka_config_error
+
+    try:
+        return AdminClient(settings.librdkafka())
+    except KafkaException as e:
+        raise kafka_config_error(e) from None
+
+
+def consumer(settings: Settings, group: str | None = None, **extra: Any) -> Consumer:
+    """A consumer that never commits on its own: of `group` (offsets read or committed on
+    purpose), or of a throw-away group (only reads)."""
+    from confluent_kafka import Consumer, KafkaException
+
+    from flows.source import kafka_config_error
+
+    conf = settings.librdkafka(
+        **{
+            "group.id": group or f"es-sink-cli-{uuid.uuid4().hex}",
+            "enable.auto.commit": "false",
+            "enable.auto.offset.store": "false",
+            "enable.partition.eof": "false",
+            **extra,
+        }
+    )
+    try:
+        return Consumer(conf)
+    except KafkaException as e:
+        raise kafka_config_error(e) from None
+
+
+def reachable_topics(settings: Settings, timeout: float = KAFKA_TIMEOUT_S) -> dict[str, Any]:
+    """The cluster's topic metadata; Problem naming KAFKA_BOOTSTRAP_SERVERS (or the SASL
+    credentials) when Kafka does not answer within `timeout` s."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from flows.source import kafka_config_error
+
+    auth: list[KafkaError] = []
+
+    def on_error(e: KafkaError) -> None:
+        if e.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+            auth.append(e)
+
+    try:
+        client = AdminClient(settings.librdkafka(error_cb=on_error))
+    except KafkaException as e:
+        raise kafka_config_error(e) from None
+    try:
+        return dict(client.list_topics(timeout=timeout).topics)
+    except KafkaException as e:
+        client.poll(0)
+        if auth:
+            msg = (
+                "KAFKA_CONFIG_SASL_USERNAME/KAFKA_CONFIG_SASL_PASSWORD: Kafka refused the "
+                f"credentials: {auth[0].str()}"
+            )
+            raise Problem(msg) from None
+        msg = f"KAFKA_BOOTSTRAP_SERVERS: cannot reach Kafka at {settings.bootstrap_servers}: {e}"
+        raise Problem(msg) from None
+
+
+def flow_topics(settings: Settings) -> dict[str, list[int]]:
+    """The topics and partitions the flow reads (the flow's own look-up, `find_topics`),
+    after a quick reachability check so an unreachable broker fails in seconds."""
+    from flows.source import find_topics
+
+    reachable_topics(settings)
+    return find_topics(settings)
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """One partition's offsets: log start, end (high watermark) and the group's commit."""
+
+    topic: str
+    partition: int
+    low: int
+    end: int
+    committed: int | None
+    metadata: str = ""
+
+    @property
+    def lag(self) -> int | None:
+        """Records past the committed offset (None without a commit)."""
+        return None if self.committed is None else max(self.end - self.committed, 0)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "low": self.low,
+            "end": self.end,
+            "committed": self.committed,
+            "lag": self.lag,
+        }
+
+
+def offsets(
+    settings: Settings, group: str, topics: Mapping[str, Iterable[int]]
+) -> list[PartitionOffsets]:
+    """Watermarks and `group`'s committed offsets of every partition of `topics`."""
+    from confluent_kafka import TopicPartition
+
+    c = consumer(settings, group)
+    try:
+        tps = [TopicPartition(t, p) for t, ps in topics.items() for p in sorted(ps)]
+        committed = c.committed(tps, timeout=KAFKA_TIMEOUT_S) if tps else []
+        out: list[PartitionOffsets] = []
+        for tp in committed:
+            low, high = c.get_watermark_offsets(
+                TopicPartition(tp.topic, tp.partition), timeout=KAFKA_TIMEOUT_S
+            )
+            done = tp.offset if tp.offset >= 0 else None
+            out.append(PartitionOffsets(tp.topic, tp.partition, low, high, done, tp.metadata or ""))
+        return out
+    finally:
+        c.close()
+
+
+def partitions_of(metadata: Mapping[str, Any], topic: str) -> list[int]:
+    """The partition numbers of `topic` in a metadata answer ([] when missing)."""
+    info = metadata.get(topic)
+    if info is None or info.error is not None:
+        return []
+    return sorted(info.partitions)
+
+
+# ------------------------------------------------------------------ Elasticsearch
+
+
+def es_client(settings: Settings) -> Elasticsearch:
+    """The sink's client (same connection settings, serializers and auth)."""
+    from flows import sink_config
+    from sinks.elasticsearch.client import make_client
+
+    return make_client(sink_config.connection(settings))
+
+
+def es_problem(e: Exception, settings: Settings, what: str) -> Problem:
+    """An Elasticsearch failure as one line naming the setting to check."""
+    from elastic_transport import ConnectionError as TransportConnectionError
+    from elastic_transport import ConnectionTimeout, TlsError
+    from elasticsearch import ApiError
+
+    from sinks.elasticsearch.client import credentials_hint, error_reason
+
+    hosts = settings.es_cloud_id or ", ".join(settings.es_hosts)
+    if isinstance(e, TlsError):
+        return Problem(f"ES_CA_CERTS: TLS with {hosts} failed: {e.message}")
+    if isinstance(e, TransportConnectionError | ConnectionTimeout):
+        return Problem(f"ES_HOSTS: cannot reach Elasticsearch at {hosts}: {e.message}")
+    if isinstance(e, ApiError):
+        hint = credentials_hint(e.meta.status)
+        name = _auth_setting(settings) if e.meta.status == 401 else "ES_HOSTS"
+        reason = error_reason(e.body)
+        return Problem(
+            f"{name}: Elasticsearch refused {what} with HTTP {e.meta.status}: {reason}"
+            + (f" ({hint})" if hint else "")
+        )
+    return Problem(f"ES_HOSTS: {what} failed: {e}")
+
+
+def _auth_setting(settings: Settings) -> str:
+    """The setting that holds the credentials Elasticsearch refused."""
+    if settings.es_api_key is not None:
+        return "ES_API_KEY"
+    if settings.es_bearer_token is not None:
+        return "ES_BEARER_TOKEN"
+    return "ES_USERNAME/ES_PASSWORD"
+
+
+def index_patterns(settings: Settings, topics: Iterable[str]) -> dict[str, str]:
+    """Topic -> the index (or, for a dated ES_INDEX/ES_INDEX_MAP, the wildcard pattern of
+    its indices) the flow writes its documents to, per the configured templates."""
+    from sinks.elasticsearch.index_names import IndexName
+
+    out = {}
+    for topic in topics:
+        pattern = IndexName(settings.es_index_map.get(topic, settings.es_index))
+        if pattern.has_date:  # every date part a wildcard
+            named = pattern.template.replace("{topic}", topic)
+            out[topic] = re.sub(r"\{[^{}]*\}", "*", named)
+        else:
+            out[topic] = pattern.render(topic, None)
+    return out
