@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli import check, plugins
+from flows.cli import check, dlq, plugins
+from flows.cli import replay as replay  # registers `dlq replay` on dlq_app
 
 app = typer.Typer(
     name="es-sink",
@@ -24,6 +25,7 @@ app = typer.Typer(
 )
 app.command("check")(check.check)
 app.command("plugins")(plugins.plugins)
+app.add_typer(dlq.dlq_app, name="dlq")
 
 
 def main() -> None:

@@ -277,7 +277,7 @@ def _print(report: Report) -> None:
     table = Table("setting", "value", title="configuration (secrets masked)", title_justify="left")
     for name, value in report.settings.items():
         if value not in (None, "", [], {}):
-            table.add_row(name, str(value))
+            table.add_row(name, common.cell(value))
     common.out.print(table)
     for c in report.checks:
         mark = "ok      " if c["ok"] else "PROBLEM "

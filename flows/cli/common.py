@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from flows.errors import ConfigError
 
@@ -94,6 +95,11 @@ def parse_time(text: str, option: str) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
+
+
+def cell(value: object) -> Text:
+    """Table cell text, never read as rich markup (reasons hold `[field]` names)."""
+    return Text("" if value is None else str(value))
 
 
 def truncate(text: str, limit: int) -> str:

@@ -68,12 +68,12 @@ def plugins(
         return
     transforms = Table("transform", "keys", "does", title="transforms", title_justify="left")
     for t in found["transforms"]:
-        transforms.add_row(t["name"], ", ".join(t["keys"]), t["doc"])
+        transforms.add_row(*map(common.cell, (t["name"], ", ".join(t["keys"]), t["doc"])))
     converters = Table("format", "registry", "decodes", title="converters", title_justify="left")
     for c in found["converters"]:
-        converters.add_row(c["name"], "yes" if c["needs_registry"] else "", c["doc"])
+        converters.add_row(*map(common.cell, (c["name"], "yes" * c["needs_registry"], c["doc"])))
     methods = Table("write method", "bulk op", "does", title="write methods", title_justify="left")
     for m in found["write_methods"]:
-        methods.add_row(m["name"], m["op"], m["doc"])
+        methods.add_row(*map(common.cell, (m["name"], m["op"], m["doc"])))
     for table in (transforms, converters, methods):
         common.out.print(table)
