@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli import check, dlq, plugins
+from flows.cli import check, control, dlq, plugins, status
 from flows.cli import replay as replay  # registers `dlq replay` on dlq_app
 
 app = typer.Typer(
@@ -25,7 +25,10 @@ app = typer.Typer(
 )
 app.command("check")(check.check)
 app.command("plugins")(plugins.plugins)
+app.command("status")(status.status)
 app.add_typer(dlq.dlq_app, name="dlq")
+app.command("pause")(control.pause)
+app.command("resume")(control.resume)
 
 
 def main() -> None:

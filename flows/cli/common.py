@@ -30,11 +30,18 @@ if TYPE_CHECKING:
 
 OK, PROBLEM, USAGE = 0, 1, 2
 
+QUIET = {"log_level": 4}
+"""librdkafka logs warnings and errors only (not the notices of a client closed early);
+KAFKA_CONFIG_LOG_LEVEL overrides it."""
+
 KAFKA_TIMEOUT_S = 10.0
 """Each Kafka look-up waits this long for an answer."""
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
+
+
+JsonOpt = typer.Option(False, "--json", help="Print JSON (the shape in the README).")
 
 
 class Problem(Exception):
@@ -125,7 +132,7 @@ def admin(settings: Settings) -> AdminClient:
     from flows.source import kafka_config_error
 
     try:
-        return AdminClient(settings.librdkafka())
+        return AdminClient(settings.librdkafka(QUIET))
     except KafkaException as e:
         raise kafka_config_error(e) from None
 
@@ -138,6 +145,7 @@ def consumer(settings: Settings, group: str | None = None, **extra: Any) -> Cons
     from flows.source import kafka_config_error
 
     conf = settings.librdkafka(
+        QUIET,
         **{
             "group.id": group or f"es-sink-cli-{uuid.uuid4().hex}",
             "enable.auto.commit": "false",
@@ -167,7 +175,7 @@ def reachable_topics(settings: Settings, timeout: float = KAFKA_TIMEOUT_S) -> di
             auth.append(e)
 
     try:
-        client = AdminClient(settings.librdkafka(error_cb=on_error))
+        client = AdminClient(settings.librdkafka(QUIET, error_cb=on_error))
     except KafkaException as e:
         raise kafka_config_error(e) from None
     try:

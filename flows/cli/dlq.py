@@ -154,7 +154,6 @@ TopicOpt = typer.Option(None, "--topic", help="Only dead letters of this source 
 SinceOpt = typer.Option(None, "--since", help="Dead-lettered at or after this ISO-8601 time.")
 UntilOpt = typer.Option(None, "--until", help="Dead-lettered at or before this ISO-8601 time.")
 GrepOpt = typer.Option(None, "--grep", help="Regex searched in the class, reason and value.")
-JsonOpt = typer.Option(False, "--json", help="Print JSON (the shape in the README).")
 
 
 def dlq_topic(settings: Settings) -> str:
@@ -340,7 +339,7 @@ def inspect(
     until: str | None = UntilOpt,
     grep: str | None = GrepOpt,
     value_chars: int = typer.Option(80, "--value-chars", min=0, help="Sample value length."),
-    json_out: bool = JsonOpt,
+    json_out: bool = common.JsonOpt,
 ) -> None:
     """Group the dead letters by stage, exception class and reason."""
     with common.errors_as_exits():
