@@ -152,7 +152,7 @@ def consumer(settings: Settings, group: str | None = None, **extra: Any) -> Cons
             "enable.auto.offset.store": "false",
             "enable.partition.eof": "false",
             **extra,
-        }
+        },
     )
     try:
         return Consumer(conf)
