@@ -1,0 +1,266 @@
+"""The latency runs: each system indexes live records arriving at one fixed rate.
+
+After the throughput runs, at a fixed rate (by default a share of the slowest Kafka system's
+docs/s, `--latency-share`), a paced producer writes live records to a fresh topic per system;
+a systematic sample (~200 documents/s) is looked for every 50 ms (`_refresh`, then an `ids`
+search); latency = refresh return time - record timestamp (`lat_ts` in the document, set to
+the produce time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import random
+import sys
+import threading
+import time
+
+import orjson
+
+from bench.data import SEED, lat_key_for, make_doc
+from bench.procs import Proc
+from bench.report import Row
+from bench.services import POLL_S, new_producer
+from bench.systems import Ctx, child_env, launch, log, stop_all
+
+__all__ = ["PacedProducer", "percentile", "run_all", "run_latency"]
+
+LAT_POLL_S = 0.05
+LAT_SAMPLES_PER_S = 200
+
+
+class PacedProducer(threading.Thread):
+    """Probes (5/s) until `go()`, then records on the schedule seq -> t0 + seq / rate."""
+
+    def __init__(self, bootstrap: str, topic: str, variant: str, rate: float) -> None:
+        super().__init__(daemon=True)
+        self.topic, self.variant, self.rate = topic, variant, rate
+        self.producer = new_producer(bootstrap, **{"linger.ms": 5, "batch.size": 1_000_000})
+        self.t0: float | None = None
+        self.total: int | None = None
+        self.seq = 0
+        self.probes = 0
+        self.last_ts = 0.0
+        self.done = threading.Event()
+        self.error: Exception | None = None
+        self._go = threading.Event()
+
+    def go(self, total: int) -> float:
+        self.total = total
+        self.t0 = time.time()
+        self._go.set()
+        return self.t0
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as e:
+            self.error = e
+        finally:
+            self.producer.flush(30)
+            self.producer = None  # type: ignore[assignment]
+            self.done.set()
+
+    def _run(self) -> None:
+        rng = random.Random(SEED + 1)
+        p, dumps = self.producer, orjson.dumps
+        while not self._go.wait(0.2):
+            probe = self.probes
+            p.produce(self.topic, b'{"probe": %d}' % probe, b"probe-%d" % probe)
+            p.poll(0)
+            self.probes += 1
+        assert self.t0 is not None and self.total is not None
+        t0, rate, total = self.t0, self.rate, self.total
+        while self.seq < total:
+            due = min(total, int((time.time() - t0) * rate) + 1)
+            while self.seq < due:
+                seq = self.seq
+                doc = make_doc(self.variant, rng, seq)
+                now_ms = int(time.time() * 1000)
+                doc["lat_seq"] = seq
+                doc["lat_ts"] = now_ms
+                while True:
+                    try:
+                        p.produce(
+                            self.topic, dumps(doc), lat_key_for(seq).encode(), timestamp=now_ms
+                        )
+                        break
+                    except BufferError:
+                        p.poll(0.01)
+                self.seq += 1
+                self.last_ts = now_ms / 1000
+            p.poll(0)
+            time.sleep(0.002)
+
+
+def live_cpu(procs: list[Proc]) -> float:
+    """User+sys CPU seconds so far of the running processes (psutil)."""
+    import psutil
+
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = psutil.Process(p.pid).cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile."""
+    s = sorted(values)
+    return s[max(0, math.ceil(q * len(s)) - 1)]
+
+
+def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
+    svc, args = ctx.svc, ctx.args
+    warm, measure, drain = args.lat_warmup_s, args.lat_seconds, args.lat_drain_s
+    tail = args.lat_tail_s  # produced after the window, unmeasured: the window is steady
+    index = svc.name(f"{ctx.variant}-lat-{system}")
+    svc.create_index(index)
+    topic = svc.name(f"{ctx.variant}-lat-{system}")
+    procs: list[Proc] = []
+    producer: PacedProducer | None = None
+    total = int((warm + measure + tail) * rate)
+    window_end = int((warm + measure) * rate)
+    try:
+        if system == "ceiling":
+            cmd = [sys.executable, "-m", "bench.ceiling", "paced", "--es", svc.es_url]
+            cmd += ["--index", index, "--variant", ctx.variant, "--rate", str(rate)]
+            cmd += ["--seconds", str(warm + measure + tail)]
+            proc = Proc(
+                system, cmd, child_env(), ctx.work, ctx.work / "lat-ceiling.log", stdout_pipe=True
+            )
+            procs = [proc]
+            line = proc.stdout.readline().decode()
+            if not line.startswith("T0 "):
+                raise RuntimeError(f"ceiling paced sender did not start:\n{proc.tail()}")
+            t0 = float(line.split()[1])
+        else:
+            svc.create_topic(topic)
+            group = svc.group(f"lat-{system}")
+            procs = launch(ctx, system, topic, index, group, live=True, tag="lat")
+            producer = PacedProducer(svc.bootstrap, topic, ctx.variant, rate)
+            producer.start()
+            ready_by = time.monotonic() + 120
+            while svc.index_total(index) == 0:  # the first probe is indexed: the system runs
+                if time.monotonic() > ready_by or any(p.poll() for p in procs):
+                    raise RuntimeError(f"no probe indexed within 120s:\n{procs[0].tail()}")
+                time.sleep(POLL_S)
+            t0 = producer.go(total)
+        first_seq = int(warm * rate)
+        step = max(1, round(rate / LAT_SAMPLES_PER_S))
+        unseen = {lat_key_for(s): s for s in range(first_seq, window_end, step)}
+        latencies: list[float] = []
+        by_seq: list[tuple[int, float]] = []
+        # Stragglers: wait `drain` s after the last record was due, and longer while
+        # sampled documents keep arriving (a system slower than `rate` falls behind; its
+        # latency is then measured, not cut off), up to 300 s.
+        deadline = t0 + warm + measure + tail + drain
+        hard_deadline = deadline + 300
+        window = (t0 + warm, t0 + warm + measure)
+        cpu_marks: list[float] = []
+        while unseen and time.time() < min(deadline, hard_deadline):
+            tick = time.monotonic()
+            before = len(unseen)
+            upto = (time.time() - t0) * rate + 1
+            cand = [k for k, s in unseen.items() if s <= upto]
+            if cand:
+                svc.es.indices.refresh(index=index)
+                t_vis_ms = time.time() * 1000
+                res = svc.es.search(
+                    index=index,
+                    query={"ids": {"values": cand}},
+                    size=len(cand),
+                    source=False,
+                    docvalue_fields=["lat_ts"],
+                    filter_path="hits.hits._id,hits.hits.fields",
+                )
+                for hit in res.get("hits", {}).get("hits", []):
+                    seq = unseen.pop(hit["_id"], None)
+                    if seq is not None:
+                        latencies.append(t_vis_ms - hit["fields"]["lat_ts"][0])
+                        by_seq.append((seq, latencies[-1]))
+            if len(cpu_marks) < 2 and time.time() >= window[len(cpu_marks)]:
+                cpu_marks.append(live_cpu(procs))
+            if len(unseen) < before:
+                deadline = max(deadline, time.time() + 10)
+            if producer is not None and producer.error:
+                raise RuntimeError(f"paced producer failed: {producer.error}")
+            time.sleep(max(0.0, LAT_POLL_S - (time.monotonic() - tick)))
+        row.lat_samples = len(latencies)
+        row.lat_missing = len(unseen)
+        if not latencies:
+            raise RuntimeError("no sampled document became searchable")
+        row.p50_ms = percentile(latencies, 0.50)
+        row.p99_ms = percentile(latencies, 0.99)
+        row.extra["latency_rate"] = rate
+        # Saturated: the median latency of the window's second half is more than twice
+        # (and 1 s above) that of its first half: the system fell behind the rate.
+        by_seq.sort()
+        if args.keep_work:
+            samples = [[q, round(v, 1)] for q, v in by_seq]
+            (ctx.work / f"lat-{system}.json").write_text(json.dumps(samples))
+        half = len(by_seq) // 2
+        m1 = percentile([v for _, v in by_seq[:half]] or [0.0], 0.5)
+        m2 = percentile([v for _, v in by_seq[half:]] or [0.0], 0.5)
+        row.extra["saturated"] = m2 > 2 * m1 and m2 - m1 > 1000
+        if len(cpu_marks) == 2:
+            row.extra["live_cpu_us"] = (cpu_marks[1] - cpu_marks[0]) / (measure * rate) * 1e6
+        # Lull: once the input stops, how long until the last record is indexed?
+        if producer is not None:
+            producer.done.wait(120)
+            last, expected = producer.last_ts, total + producer.probes
+        else:
+            last, expected = t0 + total / rate, total
+        while svc.index_total(index) < expected and time.time() < last + 120:
+            time.sleep(POLL_S)
+        row.extra["flush_s"] = time.time() - last
+        stop_all(procs, natural=system == "ceiling", grace=60)
+        bad = [p for p in procs if p.returncode != 0]
+        if bad:
+            raise RuntimeError(
+                f"{bad[0].name} exited with {bad[0].returncode} when stopped:\n{bad[0].tail()}"
+            )
+    finally:
+        stop_all(procs, natural=False, grace=0)
+        svc.delete_index(index)
+        if system != "ceiling":
+            svc.delete_topic(topic)
+
+
+def pick_rate(args: argparse.Namespace, rows: list[Row]) -> float:
+    """`--latency-rate`, or below saturation for every system: a share (`--latency-share`, by
+    default a quarter) of the slowest Kafka consumer's backlog rate (live records cost more than a
+    backlog, and 50% of flow-1w saturates loop and quix on a shared 2-core machine)."""
+    if args.latency_rate:
+        return args.latency_rate
+    by = {r.system: r for r in rows if r.docs_per_s}
+    kafka = [r.docs_per_s or 0 for r in by.values() if r.system != "ceiling"]
+    return args.latency_share * min(kafka or [r.docs_per_s or 0 for r in by.values()])
+
+
+def run_all(ctx: Ctx, rows: list[Row]) -> tuple[float, bool]:
+    """The latency run of every row whose throughput run passed: (rate, whether one failed)."""
+    rate = pick_rate(ctx.args, rows)
+    failed = False
+    for row in rows:
+        if row.error or not rate:
+            continue
+        log(f"latency: {row.system} at {rate:,.0f} records/s ...")
+        try:
+            run_latency(ctx, row.system, rate, row)
+            log(
+                f"latency: {row.system}: p50 {row.p50_ms:,.0f} ms, p99 {row.p99_ms:,.0f} ms"
+                f" ({row.lat_samples} samples, {row.lat_missing} missing)"
+            )
+            if row.lat_missing:
+                raise RuntimeError(f"{row.lat_missing} sampled documents never became searchable")
+        except Exception as e:
+            row.error = f"latency: {e}"
+            failed = True
+            log(f"latency: {row.system} FAILED: {e}")
+        time.sleep(0.5 if ctx.args.quick else 1)
+    return rate, failed

@@ -1,0 +1,216 @@
+"""The bench's side of Kafka and Elasticsearch: checks, names, topics, indices, clean-up, and
+the dataset produced once per run. Topic creation and document counts come from devkit/.
+
+Every topic, index and consumer group of a run is named `bench-<run id>-...` and deleted at
+the end (`Services.cleanup`), whatever happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from elasticsearch import Elasticsearch
+
+from bench.data import dataset
+from devkit.es import count_docs
+from devkit.kafka import create_topic, end_offsets
+
+__all__ = [
+    "PARTITIONS",
+    "POLL_S",
+    "Services",
+    "ceiling_body_bytes",
+    "new_producer",
+    "produce_dataset",
+]
+
+PARTITIONS = 8
+BODY_BYTES = 5 * 1024 * 1024
+POLL_S = 0.1  # how often a run polls the index's index_total
+INDEX_SETTINGS = {"number_of_shards": 1, "number_of_replicas": 0}
+
+
+class Services:
+    """The Kafka broker and Elasticsearch node of a run, and what the run created on them."""
+
+    def __init__(self, bootstrap: str, es_url: str, run_id: str) -> None:
+        self.bootstrap = bootstrap
+        self.es_url = es_url
+        self.run_id = run_id
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.es = Elasticsearch(es_url, request_timeout=120)
+        self.topics: list[str] = []
+        self.indices: list[str] = []
+        self.groups: list[str] = []
+
+    def name(self, what: str) -> str:
+        return f"bench-{self.run_id}-{what}"
+
+    def check(self) -> None:
+        try:
+            self.admin.list_topics(timeout=20)
+        except Exception as e:
+            raise SystemExit(f"bench: Kafka at {self.bootstrap} does not answer: {e}") from None
+        try:
+            self.es.cluster.health(wait_for_status="yellow", timeout="30s")
+        except Exception as e:
+            raise SystemExit(
+                f"bench: Elasticsearch at {self.es_url} does not answer: {e}"
+            ) from None
+
+    def create_topic(self, topic: str) -> None:
+        try:
+            create_topic(self.bootstrap, topic, PARTITIONS)
+        finally:
+            self.topics.append(topic)  # deleted at the end even if the leader wait failed
+
+    def delete_topic(self, topic: str) -> None:
+        with contextlib.suppress(Exception):
+            for fut in self.admin.delete_topics([topic]).values():
+                fut.result(30)
+        if topic in self.topics:
+            self.topics.remove(topic)
+
+    def end_offsets(self, topic: str) -> int:
+        """Records in `topic`: the sum of its partitions' high watermarks."""
+        return sum(end_offsets(self.bootstrap, topic, timeout=30).values())
+
+    def create_index(self, index: str) -> None:
+        self.es.options(ignore_status=404).indices.delete(index=index)
+        self.es.indices.create(index=index, settings=INDEX_SETTINGS)
+        self.indices.append(index)
+
+    def delete_index(self, index: str) -> None:
+        self.es.options(ignore_status=404).indices.delete(index=index)
+        if index in self.indices:
+            self.indices.remove(index)
+
+    def index_total(self, index: str) -> int:
+        """Index operations the primary shard has completed (acknowledged documents)."""
+        r = self.es.options(ignore_status=404).indices.stats(
+            index=index, metric="indexing", filter_path="_all.primaries.indexing.index_total"
+        )
+        try:
+            return int(r["_all"]["primaries"]["indexing"]["index_total"])
+        except (KeyError, TypeError):
+            return 0
+
+    def count(self, index: str) -> int:
+        return count_docs(self.es, index)
+
+    def group(self, what: str) -> str:
+        g = self.name(f"{what}-{uuid.uuid4().hex[:6]}")
+        self.groups.append(g)
+        return g
+
+    def cleanup(self) -> None:
+        for index in list(self.indices):
+            with contextlib.suppress(Exception):
+                self.delete_index(index)
+        for topic in list(self.topics):
+            self.delete_topic(topic)
+        # and anything of this run that is left (topics re-created by a client, say)
+        with contextlib.suppress(Exception):
+            prefix = self.name("")
+            left = [t for t in self.admin.list_topics(timeout=10).topics if t.startswith(prefix)]
+            for t in left:
+                self.delete_topic(t)
+        if self.groups:
+            with contextlib.suppress(Exception):
+                for fut in self.admin.delete_consumer_groups(self.groups).values():
+                    with contextlib.suppress(Exception):
+                        fut.result(30)
+            self.groups = []
+
+
+def new_producer(bootstrap: str, **extra: Any) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+            "message.max.bytes": 16_777_216,
+            # A live producer asks for metadata of topics this harness deletes; the broker
+            # must not create them again (auto.create.topics.enable defaults to true).
+            "allow.auto.create.topics": False,
+            "log_level": 4,
+            **extra,
+        }
+    )
+
+
+def ceiling_body_bytes(variant: str, n: int, threads: int) -> int:
+    """~5 MB `_bulk` bodies; smaller for small datasets so that `threads` requests stay in
+    flight."""
+    per_doc = 2100 if variant == "large" else 240
+    return max(256 * 1024, min(BODY_BYTES, n * per_doc // (threads * 8)))
+
+
+def produce_dataset(
+    svc: Services,
+    topic: str,
+    variant: str,
+    n: int,
+    bodies: Path,
+    body_bytes: int,
+    write_bodies: bool = True,
+) -> float:
+    """Produce records 0..n-1 to `topic` and write the ceiling's `_bulk` bodies; seconds."""
+    t0 = time.monotonic()
+    errors: list[Any] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    producer = new_producer(svc.bootstrap)
+    chunks: list[list[int]] = []
+    parts: list[bytes] = []
+    size = 0
+    offset = 0
+    with open(bodies, "wb") if write_bodies else contextlib.nullcontext() as out:
+
+        def write_body() -> None:
+            nonlocal parts, size, offset
+            body = b"".join(parts)
+            out.write(body)  # type: ignore[union-attr]
+            chunks.append([offset, len(body)])
+            offset += len(body)
+            parts, size = [], 0
+
+        for i, (key, value) in enumerate(dataset(variant, n)):
+            while True:
+                try:
+                    producer.produce(topic, value, key, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            if i % 5000 == 0:
+                producer.poll(0)
+            if not write_bodies:
+                continue
+            line = b'{"index":{"_id":"%s"}}\n%s\n' % (key, value)
+            parts.append(line)
+            size += len(line)
+            if size >= body_bytes:
+                write_body()
+        if parts:
+            write_body()
+    if write_bodies:
+        Path(str(bodies) + ".json").write_text(json.dumps(chunks))
+    if producer.flush(120) != 0 or errors:
+        raise RuntimeError(f"producing the dataset failed: {errors[:3]}")
+    del producer
+    got = svc.end_offsets(topic)
+    if got != n:
+        raise RuntimeError(f"topic {topic} holds {got} records, expected {n}")
+    return time.monotonic() - t0

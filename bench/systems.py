@@ -1,0 +1,196 @@
+"""The systems under test and how each one is started and stopped.
+
+Each system runs on its own, one after another, as its own process(es), into its own fresh
+index:
+
+- ceiling: pre-serialized NDJSON `_bulk` bodies (~5 MB, the same ids), 3 requests in flight,
+  no Kafka (`bench.ceiling`);
+- loop: confluent-kafka consumer + `helpers.streaming_bulk`, commit after each bulk
+  (`bench.loop`);
+- quix: Quix Streams' ElasticsearchSink (`bench/quix_app.py`, in the tools virtualenv);
+- flow-1w, flow-2w, flow-2p: `python -m bytewax.run flows.es_sink` with 1 worker, 2 workers,
+  2 processes; KAFKA_STOP_AT_END=true, fresh group ids.
+
+Every child runs from a copy of the sources taken at the start of the run
+(`snapshot_sources`), so each figure comes from the same code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.procs import Proc, ServerCpu
+from bench.services import Services
+
+__all__ = [
+    "ROOT",
+    "SYSTEMS",
+    "Ctx",
+    "child_env",
+    "launch",
+    "launch_ceiling_bulk",
+    "log",
+    "snapshot_sources",
+    "stop_all",
+    "tools_python",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+SYSTEMS = ("ceiling", "loop", "quix", "flow-1w", "flow-2w", "flow-2p")
+TOOLS_PINS = ("quixstreams[elasticsearch]==3.28.1", "py-spy==0.4.3")
+
+
+def log(msg: str) -> None:
+    print(f"bench {datetime.datetime.now():%H:%M:%S} {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Ctx:
+    """What every run of one bench invocation shares."""
+
+    svc: Services
+    args: argparse.Namespace
+    work: Path
+    variant: str
+    n: int
+    data_topic: str
+    bodies: Path
+    tools_python: Path | None
+    servers: ServerCpu | None = None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+_SRC: list[Path] = [ROOT]
+
+
+def snapshot_sources(work: Path) -> Path:
+    """Copy flows/, sinks/ and bench/ into the work directory and run every child from
+    there: other people may edit the working tree during a run, and each figure must come
+    from the same code."""
+    src = work / "src"
+    for pkg in ("flows", "sinks", "bench"):
+        shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    _SRC[0] = src
+    return src
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("KAFKA_", "ES_", "DLQ_", "BYTEWAX_", "PYTHON"))
+    }
+    env["PYTHONPATH"] = str(_SRC[0])
+    env.update(extra or {})
+    return env
+
+
+def launch(
+    ctx: Ctx, system: str, topic: str, index: str, group: str, live: bool, tag: str
+) -> list[Proc]:
+    """Start `system` reading `topic` into `index`; `live`: run until stopped (latency)."""
+    svc, py = ctx.svc, sys.executable
+    logf = ctx.work / f"{tag}-{system}.log"
+    if system == "loop":
+        cmd = [py, "-m", "bench.loop", "--bootstrap", svc.bootstrap, "--es", svc.es_url]
+        cmd += ["--topic", topic, "--group", group, "--index", index]
+        if not live:
+            cmd.append("--stop-at-end")
+        return [Proc(system, cmd, child_env(), ctx.work, logf)]
+    if system == "quix":
+        assert ctx.tools_python is not None
+        state = ctx.work / f"quix-state-{tag}"
+        cmd = [str(ctx.tools_python), str(_SRC[0] / "bench" / "quix_app.py")]
+        cmd += ["--bootstrap", svc.bootstrap, "--es", svc.es_url, "--topic", topic]
+        cmd += ["--group", group, "--index", index, "--state-dir", str(state)]
+        return [Proc(system, cmd, child_env(), ctx.work, logf)]
+    if system.startswith("flow-"):
+        env = child_env(
+            {
+                "KAFKA_BOOTSTRAP_SERVERS": svc.bootstrap,
+                "KAFKA_TOPICS": topic,
+                "KAFKA_GROUP_ID": group,
+                "KAFKA_AUTO_OFFSET_RESET": "earliest",
+                "KAFKA_STOP_AT_END": "false" if live else "true",
+                "ES_HOSTS": svc.es_url,
+                "ES_INDEX": index,
+                **dict(kv.split("=", 1) for kv in ctx.args.flow_env),
+            }
+        )
+        base = [py, "-m", "bytewax.run", "flows.es_sink"]
+        if ctx.args.epoch_s:
+            base += ["-s", str(ctx.args.epoch_s)]
+        if system == "flow-1w":
+            return [Proc(system, base, env, ctx.work, logf)]
+        if system == "flow-2w":
+            return [Proc(system, [*base, "-w", "2"], env, ctx.work, logf)]
+        addrs = f"127.0.0.1:{free_port()};127.0.0.1:{free_port()}"
+        return [
+            Proc(
+                f"{system}/{i}",
+                [*base, "-i", str(i), "-a", addrs],
+                env,
+                ctx.work,
+                ctx.work / f"{tag}-{system}-{i}.log",
+            )
+            for i in range(2)
+        ]
+    raise ValueError(system)
+
+
+def launch_ceiling_bulk(ctx: Ctx, index: str, limit: int = 0) -> list[Proc]:
+    cmd = [sys.executable, "-m", "bench.ceiling", "bulk", "--es", ctx.svc.es_url]
+    cmd += ["--index", index, "--bodies", str(ctx.bodies), "--threads", str(ctx.args.threads)]
+    cmd += ["--limit", str(limit)]
+    return [Proc("ceiling", cmd, child_env(), ctx.work, ctx.work / "tput-ceiling.log")]
+
+
+def stop_all(procs: list[Proc], natural: bool, grace: float, term_grace: float = 60) -> None:
+    """Let processes end by themselves (`natural`) for up to `grace` s; then SIGTERM all of
+    them at once (a multi-process flow only stops when every process was told), and SIGKILL
+    what is still running `term_grace` s later."""
+    if natural:
+        deadline = time.monotonic() + grace
+        for p in procs:
+            p.wait(max(0.0, deadline - time.monotonic()))
+    alive = [p for p in procs if not p.poll()]
+    for p in alive:
+        p.signal(signal.SIGTERM)
+    deadline = time.monotonic() + term_grace
+    for p in alive:
+        if not p.wait(max(0.0, deadline - time.monotonic())):
+            p.stop(0)
+
+
+def tools_python(args: argparse.Namespace) -> Path:
+    """The bench tools virtualenv (quixstreams, py-spy), created on first use."""
+    venv = Path(args.tools_venv).expanduser()
+    py = venv / "bin" / "python"
+    stamp = venv / (".bench-" + uuid.uuid5(uuid.NAMESPACE_URL, " ".join(TOOLS_PINS)).hex[:12])
+    if not stamp.exists():
+        import subprocess
+
+        log(f"creating the tools virtualenv {venv} ({', '.join(TOOLS_PINS)})")
+        if not py.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *TOOLS_PINS],
+            check=True,
+        )
+        stamp.touch()
+    return py
