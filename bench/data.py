@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+__all__ = ["SEED", "VARIANTS", "dataset", "key_for", "lat_key_for", "make_doc"]
+
 VARIANTS = ("small", "large")
 SEED = 20251130
 TYPES = ("click", "view", "purchase", "signup", "logout", "search")

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
+__all__ = ["Proc", "ServerCpu", "find_listener", "kill_all"]
+
 _LIVE: dict[int, Proc] = {}
 
 
