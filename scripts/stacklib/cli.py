@@ -1,0 +1,95 @@
+"""scripts/stack's commands over the servers it runs, each a module with the same functions."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Protocol
+
+from . import es, kafka
+from .config import SECURE_DIR, SECURE_ENV, STACK_DIR, StackError, log
+from .procs import tail
+from .secure import secure
+
+
+class Server(Protocol):
+    """What a server module provides (kafka.py, es.py): a third kind is one more module."""
+
+    STATE_DIR: Path  # its data, configuration and logs under STACK_DIR (`clean` deletes it)
+    LOG_FILE: Path
+
+    def download(self) -> Path: ...
+    def up(self) -> None: ...
+    def down(self) -> None: ...
+    def status(self, is_secure: bool) -> bool: ...
+
+
+# In start order; `down` stops them in reverse.
+SERVERS: dict[str, Server] = {"kafka": kafka, "es": es}
+
+
+def chosen(which: str) -> list[Server]:
+    return [server for name, server in SERVERS.items() if which in ("all", name)]
+
+
+def up(which: str) -> None:
+    STACK_DIR.mkdir(parents=True, exist_ok=True)
+    # Download all before starting any, so a slow first download does not race a start-up.
+    for server in chosen(which):
+        server.download()
+    for server in chosen(which):
+        server.up()
+
+
+def down(which: str) -> None:
+    for server in reversed(chosen(which)):
+        server.down()
+
+
+def clean() -> None:
+    down("all")
+    for server in SERVERS.values():
+        shutil.rmtree(server.STATE_DIR, ignore_errors=True)
+    # Secure mode's CA, keys and passwords go with the data they protect.
+    shutil.rmtree(SECURE_DIR, ignore_errors=True)
+    SECURE_ENV.unlink(missing_ok=True)
+    log(f"deleted the data under {STACK_DIR}")
+
+
+def status() -> int:
+    is_secure = secure()
+    answering = [server.status(is_secure) for server in SERVERS.values()]
+    return 0 if all(answering) else 1
+
+
+def logs(which: str) -> None:
+    for server in chosen(which):
+        print(f"==> {server.LOG_FILE} <==\n{tail(server.LOG_FILE, 60)}")
+
+
+def main(argv: list[str], usage: str) -> int:
+    """`stack [up|down|status|logs|clean] [all|kafka|es]`; prints `usage` on a bad command."""
+    cmd = argv[1] if len(argv) > 1 else "status"
+    which = argv[2] if len(argv) > 2 else "all"
+    if which != "all" and which not in SERVERS:
+        print(usage, file=sys.stderr)
+        return 2
+    try:
+        if cmd == "up":
+            up(which)
+        elif cmd == "down":
+            down(which)
+        elif cmd == "clean":
+            clean()
+        elif cmd == "status":
+            return status()
+        elif cmd == "logs":
+            logs(which)
+        else:
+            print(usage, file=sys.stderr)
+            return 2
+    except StackError as e:
+        print(f"stack: error: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,40 @@
+"""Where and how the stack runs: every environment variable scripts/stack reads, read once.
+
+The defaults are listed in scripts/stack's docstring (its --help); keep the two together.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+KAFKA_VERSION = os.environ.get("KAFKA_VERSION", "4.1.1")
+ES_VERSION = os.environ.get("ES_VERSION", "9.5.4")
+KAFKA_PORT = int(os.environ.get("KAFKA_PORT", "9092"))
+KAFKA_CONTROLLER_PORT = int(os.environ.get("KAFKA_CONTROLLER_PORT", str(KAFKA_PORT + 1)))
+ES_PORT = int(os.environ.get("ES_PORT", "9200"))
+ES_TRANSPORT_PORT = int(os.environ.get("ES_TRANSPORT_PORT", str(ES_PORT + 100)))
+STACK_DIR = Path(os.environ.get("STACK_DIR", "/var/tmp/es-sink-stack"))
+CACHE_DIR = Path(os.environ.get("STACK_CACHE_DIR", Path.home() / ".cache" / "es-sink")).expanduser()
+KAFKA_HEAP = os.environ.get("KAFKA_HEAP", "512m")
+ES_HEAP = os.environ.get("ES_HEAP", "512m")
+ES_USER = os.environ.get("STACK_ES_USER", "essink")
+START_TIMEOUT_S = float(os.environ.get("STACK_START_TIMEOUT", "180"))
+
+KAFKA_DIR = STACK_DIR / "kafka"
+ES_DIR = STACK_DIR / "es"
+
+# Secure mode: see scripts/stack's docstring and docs/security.md.
+KAFKA_SECURE_PORT = int(os.environ.get("KAFKA_SECURE_PORT", str(KAFKA_PORT + 2)))
+SECURE_DIR = STACK_DIR / "secure"
+SECURE_ENV = STACK_DIR / "secure.env"
+SINK_USER = "es_sink"  # Elasticsearch writer and Kafka SCRAM user
+ADMIN_USER = "es_admin"  # Elasticsearch superuser, for set-up, checks and API keys
+
+
+class StackError(Exception):
+    """A one-line, user-facing failure."""
+
+
+def log(msg: str) -> None:
+    print(f"stack: {msg}", flush=True)

@@ -1,0 +1,208 @@
+"""The Elasticsearch node: a single node from the distribution on Maven Central, security off
+or (in secure mode, es_secure.py) on, run as an unprivileged user when we are root."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pwd
+import shutil
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from . import es_secure, maven
+from .config import (
+    ADMIN_USER,
+    CACHE_DIR,
+    ES_DIR,
+    ES_HEAP,
+    ES_PORT,
+    ES_TRANSPORT_PORT,
+    ES_USER,
+    ES_VERSION,
+    SECURE_DIR,
+    SECURE_ENV,
+    SINK_USER,
+    STACK_DIR,
+    StackError,
+    log,
+)
+from .files import render
+from .procs import check_ports, pid_alive, run_quiet, spawn, stop, wait_until
+from .secure import secure, tls_context
+
+STATE_DIR = ES_DIR
+PID_FILE = ES_DIR / "es.pid"
+LOG_FILE = ES_DIR / "es.log"
+
+
+def es_java_home() -> str:
+    """A full JDK >= 21: ES 9 refuses older Javas and self-attaches its entitlement agent."""
+    if home := os.environ.get("ES_JAVA_HOME"):
+        if not (Path(home) / "bin" / "java").exists():
+            raise StackError(f"ES_JAVA_HOME={home} has no bin/java")
+        return home
+    best: tuple[int, str] | None = None
+    for cand in Path("/usr/lib/jvm").glob("*"):
+        release = cand / "release"
+        if not release.exists() or not (cand / "bin" / "jcmd").exists():
+            continue
+        for line in release.read_text(errors="replace").splitlines():
+            if line.startswith("JAVA_VERSION="):
+                major = int(line.split("=", 1)[1].strip('"').split(".")[0])
+                if major >= 21 and (best is None or major > best[0]):
+                    best = (major, str(cand))
+    if best is None:
+        raise StackError(
+            "no JDK 21+ found under /usr/lib/jvm: Elasticsearch 9 needs one; set ES_JAVA_HOME"
+        )
+    return best[1]
+
+
+def download() -> Path:
+    """The distribution's zip, downloaded once into the cache: the one choice of artifact.
+
+    The integ-test-zip is the smallest distribution on Maven Central that still has the
+    security module (it lacks analysis-common, which es_secure makes up for).
+    """
+    return maven.artifact(
+        f"org.elasticsearch.distribution.integ-test-zip:elasticsearch:{ES_VERSION}:zip",
+        CACHE_DIR / f"elasticsearch-{ES_VERSION}.zip",
+        "Elasticsearch",
+        f"Elasticsearch {ES_VERSION} (integ-test-zip)",
+    )
+
+
+def es_user() -> str | None:
+    """ES refuses to run as root: use (and create) an unprivileged user when we are root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(ES_USER)
+    except KeyError:
+        run_quiet(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", ES_USER],
+            f"creating user {ES_USER}",
+        )
+    return ES_USER
+
+
+def get(path: str, timeout: float = 5) -> tuple[int, dict[str, Any]]:
+    """GET `path` on the node: (HTTP status, JSON body); (0, {}) if it does not answer."""
+    try:
+        if secure():
+            # HTTPS verified against the local CA, as the superuser of the file realm.
+            req = urllib.request.Request(f"https://127.0.0.1:{ES_PORT}{path}")
+            creds = json.loads((SECURE_DIR / "credentials.json").read_text())
+            auth = f"{ADMIN_USER}:{creds['es_admin_password']}".encode()
+            req.add_header("Authorization", "Basic " + base64.b64encode(auth).decode())
+            with urllib.request.urlopen(req, timeout=timeout, context=tls_context()) as r:
+                return r.status, json.loads(r.read() or b"{}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{ES_PORT}{path}", timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, {}
+    except (OSError, ValueError):
+        return 0, {}
+
+
+def up() -> None:
+    if pid_alive(PID_FILE):
+        log(f"Elasticsearch already running on http://127.0.0.1:{ES_PORT}")
+        return
+    check_ports("Elasticsearch", {"ES_PORT": ES_PORT, "ES_TRANSPORT_PORT": ES_TRANSPORT_PORT})
+    is_secure = secure()
+    java_home = es_java_home()
+    archive = download()
+    home = STACK_DIR / f"elasticsearch-{ES_VERSION}"
+    if not (home / "bin" / "elasticsearch").exists():
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(STACK_DIR)
+        for script in (home / "bin").iterdir():
+            script.chmod(0o755)  # zipfile drops the exec bits
+    conf = ES_DIR / "conf"
+    if not conf.exists():
+        shutil.copytree(home / "config", conf)
+    for sub in ("data", "logs", "tmp"):
+        (ES_DIR / sub).mkdir(parents=True, exist_ok=True)
+    (conf / "elasticsearch.yml").write_text(
+        render(
+            "elasticsearch.yml",
+            data=str(ES_DIR / "data"),
+            logs=str(ES_DIR / "logs"),
+            http_port=str(ES_PORT),
+            transport_port=str(ES_TRANSPORT_PORT),
+            security=(es_secure.settings(conf) if is_secure else ["xpack.security.enabled: false"]),
+            extra=os.environ.get("STACK_ES_SETTINGS", "").replace("\\n", "\n"),
+        )
+    )
+    (conf / "jvm.options.d" / "heap.options").write_text(f"-Xms{ES_HEAP}\n-Xmx{ES_HEAP}\n")
+    if is_secure and not (home / "modules" / "x-pack-security").is_dir():
+        raise StackError(
+            f"secure mode needs Elasticsearch's security module, and {home / 'modules'} "
+            "has no x-pack-security"
+        )
+    if is_secure:
+        es_secure.analysis_plugin(home, java_home)
+    user = es_user()
+    if user:
+        for path in (home, ES_DIR):
+            run_quiet(["chown", "-R", f"{user}:{user}", str(path)], f"chown {path}")
+        STACK_DIR.chmod(0o755)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "ES_JAVA_HOME": java_home,
+        "ES_PATH_CONF": str(conf),
+        "ES_TMPDIR": str(ES_DIR / "tmp"),
+        "HOME": str(ES_DIR),
+    }
+    LOG_FILE.write_bytes(b"")
+    t0 = time.monotonic()
+    proc = spawn([str(home / "bin" / "elasticsearch")], LOG_FILE, PID_FILE, env, user)
+    wait_until(
+        "Elasticsearch",
+        proc,
+        PID_FILE,
+        LOG_FILE,
+        lambda: get("/_cluster/health?wait_for_status=yellow&timeout=2s", 5)[0] == 200,
+    )
+    _, info = get("/")
+    version = info.get("version", {}).get("number", ES_VERSION)
+    scheme = "https" if is_secure else "http"
+    took = time.monotonic() - t0
+    log(f"Elasticsearch {version} up on {scheme}://127.0.0.1:{ES_PORT} in {took:.1f}s")
+    if is_secure:
+        log(
+            f"Elasticsearch security on (TLS, users {SINK_USER} and {ADMIN_USER}); "
+            f"CA and passwords in {SECURE_ENV}"
+        )
+
+
+def down() -> None:
+    stop("Elasticsearch", PID_FILE)
+
+
+def status(is_secure: bool) -> bool:
+    """Log whether the node runs and answers, with its health."""
+    pid = pid_alive(PID_FILE)
+    code, health = get("/_cluster/health")
+    scheme = "https" if is_secure else "http"
+    if pid and code == 200:
+        log(
+            f"Elasticsearch {ES_VERSION}: running (pid {pid}) on {scheme}://127.0.0.1:{ES_PORT}, "
+            f"health {health.get('status')}, log {LOG_FILE}"
+        )
+        return True
+    if pid:
+        log(
+            f"Elasticsearch: process {pid} alive but not answering on "
+            f"{scheme}://127.0.0.1:{ES_PORT}"
+        )
+    else:
+        log("Elasticsearch: not running")
+    return False
