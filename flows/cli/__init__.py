@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli import check, control, dlq, offsets, plugins, status
+from flows.cli import check, control, dlq, offsets, plugins, status, verify
 from flows.cli import replay as replay  # registers `dlq replay` on dlq_app
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ app.command("check")(check.check)
 app.command("plugins")(plugins.plugins)
 app.command("status")(status.status)
 app.add_typer(dlq.dlq_app, name="dlq")
+app.command("verify")(verify.verify_command)
 app.add_typer(offsets.offsets_app, name="offsets")
 app.command("pause")(control.pause)
 app.command("resume")(control.resume)

@@ -22,7 +22,7 @@ from rich.text import Text
 from flows.errors import ConfigError
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer
+    from confluent_kafka import Consumer, Message
     from confluent_kafka.admin import AdminClient
     from elasticsearch import Elasticsearch
 
@@ -247,6 +247,38 @@ def offsets(
         return out
     finally:
         c.close()
+
+
+def read_range(
+    c: Consumer, topic: str, partition: int, begin: int, end: int, timeout: float, setting: str
+) -> Iterator[Message]:
+    """The records of one partition from `begin` to `end` (exclusive), in order; Problem
+    naming `setting` when no record arrives for `timeout` s."""
+    import time
+
+    from confluent_kafka import TopicPartition
+
+    c.assign([TopicPartition(topic, partition, begin)])
+    position = begin
+    deadline = time.monotonic() + timeout
+    while position < end:
+        batch = c.consume(500, 1.0)
+        if not batch:
+            if time.monotonic() > deadline:
+                msg = f"{setting}: reading {topic}/{partition} stalled at offset {position}"
+                raise Problem(msg)
+            # Transaction markers and aborted records occupy offsets never returned.
+            done = c.position([TopicPartition(topic, partition)])[0].offset
+            position = max(position, done if done is not None else position)
+            continue
+        deadline = time.monotonic() + timeout
+        for m in batch:
+            if m.error() is not None:
+                continue
+            position = int(m.offset() or 0) + 1
+            if position <= end:
+                yield m
+    c.unassign()
 
 
 def partitions_of(metadata: Mapping[str, Any], topic: str) -> list[int]:

@@ -188,38 +188,9 @@ def read(
                 begin = high if found.offset < 0 else max(begin, found.offset)
             if begin >= high:
                 continue
-            yield from _read_partition(c, topic, p, begin, high, timeout)
+            yield from common.read_range(c, topic, p, begin, high, timeout, "DLQ_TOPIC")
     finally:
         c.close()
-
-
-def _read_partition(
-    c: Any, topic: str, partition: int, begin: int, end: int, timeout: float
-) -> Iterator[Message]:
-    import time
-
-    from confluent_kafka import TopicPartition
-
-    c.assign([TopicPartition(topic, partition, begin)])
-    position = begin
-    deadline = time.monotonic() + timeout
-    while position < end:
-        batch = c.consume(500, 1.0)
-        if not batch:
-            if time.monotonic() > deadline:
-                msg = f"DLQ_TOPIC: reading {topic}/{partition} stalled at offset {position}"
-                raise common.Problem(msg)
-            # Transaction markers and aborted records occupy offsets never returned.
-            position = max(position, c.position([TopicPartition(topic, partition)])[0].offset)
-            continue
-        deadline = time.monotonic() + timeout
-        for m in batch:
-            if m.error() is not None:
-                continue
-            position = int(m.offset() or 0) + 1
-            if position <= end:
-                yield m
-    c.unassign()
 
 
 # ------------------------------------------------------------------ grouping
