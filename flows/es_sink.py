@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from flows import collector, discovery, shutdown, sink_config
+from flows import api, collector, discovery, shutdown, sink_config
 from flows.config import Settings
 from flows.errors import ConfigError
 from flows.pipeline import build_flow
@@ -38,6 +38,7 @@ try:
             _epoch_s,
         )
     flow = build_flow(_settings)
+    api.serve(_settings)  # first, so /health/ready can say what the checks below wait for
     # This module is the app's entry point, so it may ask Kafka before Bytewax starts: a
     # missing topic or an unreachable broker is then one clear line, not a worker panic.
     # VERSION=offset on a topic that got partitions or was recreated: refused here too.

@@ -13,3 +13,4 @@ SKIPPED = Counter("es_sink_records_skipped", "Records dropped on purpose, by rea
 CONSUMER_LAG = Gauge(
     "es_sink_consumer_lag", "Log end offset minus next offset to read", ["topic", "partition"]
 )
+PAUSED = Gauge("es_sink_paused", "1 while an operator paused reading Kafka (PUT /pause)")

@@ -25,6 +25,8 @@ class RunArgs:
     """The recovery directory (`-r`), whose partitions Bytewax resumes from."""
     epoch_s: float = 10.0
     """The epoch length (`-s`; Bytewax's default 10 s)."""
+    process_id: int = 0
+    """This process's index in the cluster (`-i`; 0 for a single process)."""
 
 
 def run_args() -> RunArgs:
@@ -39,6 +41,7 @@ def run_args() -> RunArgs:
             recovery=recovery is not None,
             recovery_dir=Path(db_dir) if db_dir is not None else None,
             epoch_s=_seconds(parsed.get("epoch_interval"), 10.0),
+            process_id=parsed.get("process_id") or 0,
         )
     env = os.environ
     directory = env.get("BYTEWAX_RECOVERY_DIRECTORY")
@@ -48,6 +51,7 @@ def run_args() -> RunArgs:
         recovery=bool(directory),
         recovery_dir=Path(directory) if directory else None,
         epoch_s=float(env.get("BYTEWAX_SNAPSHOT_INTERVAL") or 10),
+        process_id=int(env.get("BYTEWAX_PROCESS_ID") or 0),
     )
 
 

@@ -23,19 +23,21 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from flows import discovery, halt, metrics, shutdown
+from flows import control, discovery, halt, metrics, shutdown
 from flows.config import Settings
 from flows.errors import PipelineError
 from flows.runtime import run_args
 from flows.topics import find_topics, kafka_config_error
-from sinks import failing
+from sinks import failing, progress
 from sinks.backoff import Backoff
 
 logger = logging.getLogger(__name__)
@@ -44,8 +46,10 @@ __all__ = [
     "KafkaSource",
     "KafkaSourceError",
     "KafkaSourcePartition",
+    "PartitionView",
     "find_topics",  # flows.topics; kept here for callers of the old path
     "kafka_config_error",
+    "partitions",
 ]
 
 RECOMMIT_S = 3600.0
@@ -53,6 +57,7 @@ RECOMMIT_S = 3600.0
 a partition's offset `offsets.retention.minutes` (7 days) after its last commit."""
 _SEP = "/"  # never legal in a topic name, so `topic/partition` splits unambiguously
 _IDLE_WAKE = timedelta(milliseconds=20)
+_LIVE: weakref.WeakSet[KafkaSourcePartition] = weakref.WeakSet()
 
 
 class KafkaSourceError(PipelineError):
@@ -85,6 +90,25 @@ class KafkaSource(FixedPartitionedSource[Message, int]):
         if why is not None:
             return discovery.RetiredPartition(for_part, resume_state, why)
         return KafkaSourcePartition(self._settings, topic, int(partition), resume_state)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """One partition as this process sees it (the status API adds what Kafka says)."""
+
+    topic: str
+    partition: int
+    position: int
+    """The next offset to read."""
+    confirmed: int | None
+    """The last offset commit Kafka confirmed to this process."""
+    paused: bool
+    last_error: tuple[float, str] | None
+
+
+def partitions() -> list[PartitionView]:
+    """Every Kafka partition this process reads now, in (topic, partition) order."""
+    return sorted((p.view() for p in list(_LIVE)), key=lambda v: (v.topic, v.partition))
 
 
 class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
@@ -173,12 +197,17 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         # The offset after the last record emitted; the processor examines it later (F1).
         self._emitted = self._next
         halt.start(topic, partition, self._next)
+        self._paused = False  # PUT /pause reached this partition (flows.control)
+        self.last_error: tuple[float, str] | None = None
+        """(wall-clock time, text) of the latest Kafka error on this partition."""
+        _LIVE.add(self)
 
     # -- Bytewax calls
 
     @failing.on_error
     def next_batch(self) -> list[Message]:
         """Commit what the previous epoch made durable, then read what is ready (never blocks)."""
+        progress.enrol()
         held = halt.held(self._topic, self._partition)
         if held is not None:  # ERRORS_TOLERANCE=none: see flows.halt
             if self._held_snapshotted:
@@ -192,7 +221,9 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                 raise StopIteration
             self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
-        msgs = self._consumer.consume(self._batch_size, 0)
+        if control.paused is not self._paused:
+            self._pause_or_resume()
+        msgs = self._consumer.consume(self._batch_size, 0)  # also serves commit callbacks
         if not msgs:
             self._skip_control_records()
             self._awake = datetime.now(UTC) + _IDLE_WAKE
@@ -234,12 +265,31 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
 
     def close(self) -> None:
         """Leave without committing: only next_batch commits, after the epoch is durable."""
+        _LIVE.discard(self)
         self._consumer.close()
 
     # -- helpers
 
     def _finishing(self) -> bool:
         return shutdown.requested() or (self._stop_at_end and self._next >= self._end)
+
+    def _pause_or_resume(self) -> None:
+        """Follow `flows.control`: a paused partition's fetcher stops and its prefetched
+        records are dropped (librdkafka resumes at the offset after the last record this
+        partition returned); `consume()` goes on serving the commit callbacks."""
+        tp = [TopicPartition(self._topic, self._partition)]
+        if control.paused:
+            self._consumer.pause(tp)
+        else:
+            self._consumer.resume(tp)
+        self._paused = control.paused
+
+    def view(self) -> PartitionView:
+        """What the status API shows of this partition (plain reads, from another thread)."""
+        return PartitionView(
+            self._topic, self._partition, self._next, self._committed, self._paused,
+            self.last_error,
+        )  # fmt: skip
 
     def _skip_control_records(self) -> None:
         """Transaction markers and aborted records occupy offsets the consumer never returns,
@@ -278,6 +328,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         """Kafka's answer to a commit (served inside consume() or the final commit)."""
         self._inflight = max(self._inflight - 1, 0)
         if err is not None:
+            self.last_error = (time.time(), f"offset commit failed: {err}")
             logger.warning("source %s/%d: offset commit failed (retried next epoch): %s",
                            self._topic, self._partition, err)  # fmt: skip
             return
@@ -301,6 +352,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         err = msg.error()
         if err is None:
             return True
+        self.last_error = (time.time(), str(err))
         if err.code() == KafkaError._PARTITION_EOF or err.retriable():
             logger.warning("source %s/%d: %s (retrying)", self._topic, self._partition, err)
             return False
@@ -323,4 +375,4 @@ def _retry(call: Callable[[], Any], backoff: Backoff = COMMIT_BACKOFF) -> None:
                 raise
             delay = retries.next_delay()
             logger.warning("offset commit failed, retrying in %.1fs: %s", delay, e)
-            retries.sleep(delay)
+            retries.sleep(delay, "commit", str(e))

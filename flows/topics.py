@@ -60,7 +60,7 @@ def find_topics(settings: Settings) -> dict[str, list[int]]:
             if retries.over_budget():
                 msg = f"KAFKA_BOOTSTRAP_SERVERS: cannot reach Kafka at {s.bootstrap_servers}: {e}"
                 raise ConfigError(msg) from None
-            retries.sleep(retries.next_delay())
+            retries.sleep(retries.next_delay(), "kafka-metadata", str(e))
     if s.dlq_topic and s.dlq_topic not in meta.topics:
         msg = (
             f"DLQ_TOPIC: no topic {s.dlq_topic} on {s.bootstrap_servers}; create it (the "

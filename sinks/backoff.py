@@ -7,15 +7,22 @@ retries; 0 means no limit. What to retry, and what to raise when the budget is s
 the loop's own business: this module only counts and waits.
 
 Tests pass a fake `Clock` (and a fixed `rand`), so no test sleeps.
+
+A loop that names itself when it sleeps (`Retries.sleep(delay, where, reason)`) is listed by
+`under_way()` until it ends (its `Retries` is dropped), so an operator can ask what the
+process is retrying and why (the status API).
 """
 
 from __future__ import annotations
 
 import random
 import time
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
+
+from sinks import progress
 
 _MAX_EXPONENT = 30  # 2**30 * any sane initial_s is past every max_s; floats never overflow
 
@@ -64,7 +71,7 @@ class Backoff:
 class Retries:
     """One retry loop: how many retries so far, and how long since the first try."""
 
-    __slots__ = ("backoff", "clock", "count", "rand", "started")
+    __slots__ = ("__weakref__", "backoff", "clock", "count", "rand", "started")
 
     def __init__(self, backoff: Backoff, clock: Clock, rand: Callable[[], float]) -> None:
         self.backoff = backoff
@@ -92,5 +99,35 @@ class Retries:
         self.count += 1
         return self.rand() * self.backoff.cap(self.count)
 
-    def sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float, where: str = "", reason: str = "") -> None:
+        """Wait `seconds`; with `where` (a short, fixed name of the loop: `bulk`,
+        `dead-letter`, `commit`, ...) the loop is listed by `under_way()` while it lives."""
+        if where:
+            key = id(self)
+            entry = _UNDER_WAY.get(key)
+            if entry is None:
+                _UNDER_WAY[key] = UnderWay(where, reason, time.time(), self.count)
+                weakref.finalize(self, _UNDER_WAY.pop, key, None)
+            else:
+                _UNDER_WAY[key] = replace(entry, reason=reason, attempts=self.count)
+            progress.beat()
         self.clock.sleep(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class UnderWay:
+    """A retry loop that is still retrying."""
+
+    where: str
+    reason: str
+    since: float
+    """Wall-clock time (epoch seconds) of its first retry."""
+    attempts: int
+
+
+_UNDER_WAY: dict[int, UnderWay] = {}
+
+
+def under_way() -> list[UnderWay]:
+    """The retry loops of this process that are still retrying, oldest first."""
+    return sorted(_UNDER_WAY.values(), key=lambda u: u.since)

@@ -15,6 +15,7 @@ that reads it, with the rules across settings on the group they govern:
 - `document.DocumentSettings`: index, id, version, routing, write method;
 - `elasticsearch.ConnectionSettings`, `elasticsearch.BulkSettings`: the cluster, `_bulk`;
 - `runtime.RuntimeSettings`: graceful stop, garbage collector, metadata refresh.
+- `api.ApiSettings`: the status and control API of each process.
 
 `Settings` is all of them as one flat model (`settings.bulk_max_actions`).
 `python -m flows.config --markdown` lists them; `--json-schema` prints the YAML file's schema.
@@ -29,6 +30,7 @@ from typing import Any
 
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from flows.config.api import ApiSettings
 from flows.config.dead_letters import NULL_KEY_POLICIES, NULL_VALUE_POLICIES, DeadLetterSettings
 from flows.config.decode import REGISTRY_FORMATS, VALUE_FORMATS, DecodeSettings
 from flows.config.document import WRITE_METHODS, DocumentSettings
@@ -67,6 +69,7 @@ _SENSITIVE = re.compile(
 # The groups in reverse: pydantic collects fields and runs validators from the last base to
 # the first, so this order reads (and checks) Kafka first, as the README lists them.
 class Settings(
+    ApiSettings,
     RuntimeSettings,
     BulkSettings,
     ConnectionSettings,

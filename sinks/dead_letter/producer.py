@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from sinks import failing, metrics
+from sinks import failing, metrics, progress
 from sinks.backoff import SYSTEM_CLOCK, Backoff, Clock, Retries
 from sinks.dead_letter.config import DeadLetterConfig
 from sinks.dead_letter.headers import VALUE_OMITTED_HEADER, error_headers
@@ -85,7 +85,7 @@ class DeadLetterProducer:
                     "dead-letter topic %s: %d deliveries failed (%s); retrying in %.1fs",
                     self._topic, len(failed), failed[0][1], delay,
                 )  # fmt: skip
-                retries.sleep(delay)
+                retries.sleep(delay, "dead-letter", f"delivery failed: {failed[0][1]}")
         except BaseException:  # any error here stops the flow
             failing.mark()
             raise
@@ -101,6 +101,7 @@ class DeadLetterProducer:
             )
             # Unconfirmed messages are still queued in librdkafka; wait on them.
             while self._producer.flush(30):
+                progress.beat()
                 self._check_budget(retries, "deliveries stay unconfirmed")
 
     def _refused_as_too_large(self, dl: DeadLetter, oversized: set[int]) -> DeadLetterDeliveryError:

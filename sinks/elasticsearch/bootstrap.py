@@ -62,16 +62,14 @@ def bootstrap_template(
                 client.indices.put_index_template(name=name, **body)
                 break
             except (TransportConnectionError, ConnectionTimeout) as e:
-                delay = retries.next_delay()
-                logger.warning("index template %s: %s; retrying in %.1fs", name, e.message, delay)
+                delay, why = retries.next_delay(), str(e.message)
+                logger.warning("index template %s: %s; retrying in %.1fs", name, why, delay)
             except ApiError as e:
                 if e.meta.status != 429 and e.meta.status < 500:
                     what = f"the index template in ES_INDEX_TEMPLATE_FILE {path}"
                     raise refused(e, what) from None
-                delay = retries.next_delay()
-                logger.warning(
-                    "index template %s: HTTP %d; retrying in %.1fs", name, e.meta.status, delay
-                )
-            retries.sleep(delay)
+                delay, why = retries.next_delay(), f"HTTP {e.meta.status}"
+                logger.warning("index template %s: %s; retrying in %.1fs", name, why, delay)
+            retries.sleep(delay, "index-template", why)
         logger.info("index template %s installed from %s", name, path)
         _templates_done.add(path)

@@ -28,11 +28,12 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, wait
+from dataclasses import dataclass
 
 from bytewax.outputs import StatefulSinkPartition
 from elasticsearch import Elasticsearch
 
-from sinks import failing, metrics
+from sinks import failing, metrics, progress
 from sinks.backoff import SYSTEM_CLOCK, Backoff, Clock
 from sinks.dead_letter.policy import ErrorPolicy
 from sinks.dead_letter.producer import DeadLetterProducer
@@ -53,7 +54,37 @@ flight before the flow stops on the earliest refused record of its Kafka partiti
 
 Chunk = list[Action]
 
-__all__ = ["Chunk", "EsSinkPartition", "clear_refusals"]
+__all__ = ["Buffered", "Chunk", "EsSinkPartition", "buffered", "clear_refusals"]
+
+_LIVE: weakref.WeakSet[EsSinkPartition] = weakref.WeakSet()
+
+
+@dataclass(frozen=True, slots=True)
+class Buffered:
+    """What this process's sink partitions hold and send right now."""
+
+    docs: int
+    bytes: int
+    bulks_in_flight: int
+    oldest_s: float | None
+    """Age of the oldest buffered action that no bulk has taken yet (None: nothing)."""
+
+
+def buffered() -> Buffered:
+    """A look at every live partition from another thread (the status API): plain reads,
+    no lock, so a figure may be one write behind."""
+    now = SYSTEM_CLOCK.monotonic()
+    docs = size = flying = 0
+    oldest: float | None = None
+    for part in list(_LIVE):
+        n = len(part._buf)
+        docs += n
+        size += part._bytes
+        inflight = part._inflight
+        flying += inflight is not None and not inflight.done()
+        if n and (oldest is None or part._oldest < oldest):
+            oldest = part._oldest
+    return Buffered(docs, size, flying, None if oldest is None else max(now - oldest, 0.0))
 
 
 class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
@@ -96,6 +127,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         self._gauge = metrics.BUFFERED.labels(name)
         self._stats = {"indexed": 0, "dead_lettered": 0, "deletes_not_found": 0, "bulks": 0}
         self._summary_at = clock.monotonic()
+        _LIVE.add(self)
 
     # -- Bytewax calls
 
@@ -216,6 +248,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         try:
             while not inflight.done():
                 wait([inflight], timeout=POLL_S)
+                progress.beat()
                 if not inflight.done() and failing.failing():
                     msg = (
                         f"sink partition {self._name}: stopped waiting for its bulk in flight: "
@@ -321,7 +354,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
                     self._name, len(retry), len(pending), delay, retries.count, why,
                 )  # fmt: skip
                 call.last_warning = now
-            retries.sleep(delay)
+            retries.sleep(delay, "bulk", why)
             pending = retry
 
     def _attempt(self, pending: list[Action], call: bulk.Call) -> bulk.Verdict:

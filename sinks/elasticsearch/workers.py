@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Protocol
 
-from sinks import failing
+from sinks import failing, progress
 from sinks.model import Action
 from sinks.resources import locked_cache
 
@@ -127,6 +127,7 @@ class _HeldBytes:
         with self._cond:
             while self._held >= self._limit and self._sending > 0 and not failing.failing():
                 self._cond.wait(POLL_S)
+                progress.beat()
 
 
 @locked_cache

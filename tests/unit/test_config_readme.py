@@ -15,13 +15,13 @@ from flows.config import Settings
 from flows.config.docs import groups, json_schema, markdown, shown_default, variable
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = ("Kafka", "Decoding", "Errors and dead letters", "Elasticsearch")
-# Declared settings the README documents outside the four tables, and where.
+TABLES = ("Kafka", "Decoding", "Errors and dead letters", "Elasticsearch", "Status API")
+# Declared settings the README documents outside the tables, and where.
 ELSEWHERE = {"TRANSFORMS": "`TRANSFORMS=pkg.mod:func"}
 
 
 def readme_rows() -> list[tuple[str, list[str], str]]:
-    """(table, variables, default) of every row of the four configuration tables."""
+    """(table, variables, default) of every row of the configuration tables."""
     text = (ROOT / "README.md").read_text()
     section = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
     rows = []

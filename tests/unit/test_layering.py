@@ -15,7 +15,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SINKS = ROOT / "sinks"
 
-BASE = ("model", "errors", "secrets", "deep", "backoff", "metrics", "resources", "failing")
+BASE = (
+    "model",
+    "errors",
+    "secrets",
+    "deep",
+    "progress",
+    "backoff",
+    "metrics",
+    "resources",
+    "failing",
+)
 RANKS = {
     **{f"sinks.{m}": 0 for m in BASE},
     "sinks.partitioned": 1,

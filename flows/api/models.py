@@ -1,0 +1,93 @@
+"""The shapes the status API answers with: one declaration for the responses, the OpenAPI
+document (docs/openapi.json) and the `es-sink` command that reads them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+State = Literal["running", "paused", "stopping", "halted", "failed"]
+
+
+class LastError(BaseModel):
+    at: str = Field(description="ISO-8601 UTC time of the error")
+    reason: str
+
+
+class PartitionStatus(BaseModel):
+    topic: str
+    partition: int
+    position: int = Field(description="next offset this process reads")
+    committed: int | None = Field(description="the group's committed offset (Kafka's answer)")
+    end: int | None = Field(description="log end offset (last stable offset, read_committed)")
+    lag: int | None = Field(description="end - committed (end - position before any commit)")
+    paused: bool
+    last_error: LastError | None
+
+
+class Retry(BaseModel):
+    where: str = Field(description="bulk, dead-letter, commit, index-template, kafka-metadata")
+    reason: str
+    since: str = Field(description="ISO-8601 UTC time of the first retry")
+    attempts: int
+
+
+class SinkStatus(BaseModel):
+    buffered_docs: int
+    buffered_bytes: int
+    bulks_in_flight: int
+    oldest_unflushed_s: float | None = Field(
+        description="age of the oldest buffered action no bulk has taken yet"
+    )
+    retries: list[Retry]
+
+
+class ProcessInfo(BaseModel):
+    id: int = Field(description="Bytewax process id (-i), 0 for a single process")
+    processes: int
+    workers: int = Field(description="worker threads of this process (-w)")
+    pid: int
+    group: str
+    started_at: str
+    uptime_s: float
+
+
+class Rates(BaseModel):
+    records_in_per_s: float = Field(description="over the last minute")
+    docs_indexed_per_s: float = Field(description="over the last minute")
+
+
+class Halted(BaseModel):
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+
+
+class Status(BaseModel):
+    state: State
+    process: ProcessInfo
+    partitions: list[PartitionStatus]
+    sink: SinkStatus
+    dead_letters: dict[str, int] = Field(description="dead letters this run, by stage")
+    rates: Rates
+    halted: Halted | None = Field(description="the record the flow stops on")
+
+
+class StateAnswer(BaseModel):
+    state: State
+
+
+class Live(BaseModel):
+    live: bool
+    reason: str | None = None
+
+
+class Ready(BaseModel):
+    ready: bool
+    reasons: list[str] = Field(default_factory=list)
+
+
+class Problem(BaseModel):
+    detail: str

@@ -1,0 +1,109 @@
+"""The status API's HTTP surface (FastAPI on uvicorn): routes, the bearer token, /metrics.
+
+FastAPI because the response models already are pydantic (the settings are too), and it
+writes the OpenAPI document from them; uvicorn serves it on the API's own thread.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from flows import control
+from flows.api import models
+from flows.api.state import ProcessState
+
+TITLE = "es-sink status API"
+VERSION = "1"
+_bearer = HTTPBearer(auto_error=False, description="API_TOKEN, required for writes when set")
+_UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: {"model": models.Problem, "description": "missing or wrong API_TOKEN"}
+}
+
+
+def make_app(state: ProcessState, token: str | None) -> FastAPI:
+    """The API of one process; `token` (API_TOKEN) guards the write endpoints when set."""
+    app = FastAPI(title=TITLE, version=VERSION, docs_url=None, redoc_url=None)
+
+    def authorized(
+        creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> None:
+        if token is None:
+            return  # only reachable on loopback (flows.config.api)
+        given = creds.credentials if creds is not None else ""
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            raise HTTPException(
+                401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"}
+            )
+
+    write = [Depends(authorized)]
+
+    @app.get("/status", response_model=models.Status, summary="What this process is doing")
+    def status() -> models.Status:
+        return state.status()
+
+    @app.put(
+        "/pause",
+        response_model=models.StateAnswer,
+        dependencies=write,
+        responses=_UNAUTHORIZED,
+        summary="Stop reading Kafka; keep writing what was read",
+    )
+    def pause() -> models.StateAnswer:
+        control.pause()
+        return models.StateAnswer(state=state.state())
+
+    @app.put(
+        "/resume",
+        response_model=models.StateAnswer,
+        dependencies=write,
+        responses=_UNAUTHORIZED,
+        summary="Read Kafka again",
+    )
+    def resume() -> models.StateAnswer:
+        control.resume()
+        return models.StateAnswer(state=state.state())
+
+    @app.get(
+        "/health/live",
+        response_model=models.Live,
+        responses={503: {"model": models.Live}},
+        summary="No worker is wedged",
+    )
+    def live(response: Response) -> models.Live:
+        answer = state.live()
+        if not answer.live:
+            response.status_code = 503
+        return answer
+
+    @app.get(
+        "/health/ready",
+        response_model=models.Ready,
+        responses={503: {"model": models.Ready}},
+        summary="Kafka and Elasticsearch answer; neither halted nor failed",
+    )
+    def ready(response: Response) -> models.Ready:
+        answer = state.ready()
+        if not answer.ready:
+            response.status_code = 503
+        return answer
+
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        summary="Prometheus metrics",
+        responses={200: {"content": {"text/plain": {}}}},
+    )
+    def metrics() -> Response:
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI document, built without a process behind it (no I/O)."""
+    return make_app(None, "-").openapi()  # type: ignore[arg-type]

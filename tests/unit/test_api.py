@@ -1,0 +1,129 @@
+"""The status API without a flow behind it: its settings, its state rules, its document."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from flows import control, halt, shutdown
+from flows.api.server import openapi_document
+from flows.api.state import ProcessState
+from flows.config import Settings
+from flows.errors import ConfigError, RecordFailedError
+from flows.runtime import RunArgs
+from sinks import failing, progress
+from sinks.backoff import Backoff, under_way
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def settings(**env: str) -> Settings:
+    return Settings.load({"KAFKA_TOPICS": "t", **env})
+
+
+def state(**env: str) -> ProcessState:
+    return ProcessState(settings(**env), RunArgs(1, 1, False), 0)
+
+
+def test_the_committed_openapi_document_is_the_api() -> None:
+    committed = json.loads((ROOT / "docs" / "openapi.json").read_text())
+    assert committed == json.loads(json.dumps(openapi_document())), (
+        "regenerate: python -m flows.api --openapi > docs/openapi.json"
+    )
+
+
+def test_the_api_is_off_by_default_and_on_loopback() -> None:
+    s = settings()
+    assert s.api_port is None and s.api_host == "127.0.0.1" and s.api_liveness_s == 120
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "es-sink.example", "::"])
+def test_a_reachable_api_needs_a_token(host: str) -> None:
+    with pytest.raises(ConfigError, match=r"^API_TOKEN: required when API_HOST="):
+        settings(API_PORT="8080", API_HOST=host)
+    assert settings(API_PORT="8080", API_HOST=host, API_TOKEN="t0k3n").api_token is not None
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.0.2"])
+def test_loopback_needs_no_token(host: str) -> None:
+    assert settings(API_PORT="8080", API_HOST=host).api_token is None
+
+
+def test_the_token_is_a_secret() -> None:
+    s = settings(API_PORT="8080", API_TOKEN="t0k3n-value")
+    assert "t0k3n-value" in s.secrets()
+    assert "t0k3n-value" not in repr(s)
+
+
+@pytest.mark.parametrize("port", ["0", "70000", "http"])
+def test_a_bad_port_names_the_setting(port: str) -> None:
+    with pytest.raises(ConfigError, match=r"^API_PORT"):
+        settings(API_PORT=port)
+
+
+@pytest.fixture
+def clean() -> object:
+    yield None
+    control.resume()
+    halt.clear()
+    failing.clear()
+    shutdown._requested.clear()
+
+
+def test_the_state_names_why_the_process_stops(clean: object) -> None:
+    st = state()
+    assert st.state() == "running"
+    control.pause()
+    assert st.state() == "paused"
+    err = RecordFailedError("t/0@5", "deserialize", "bad")
+    halt.hold("t", 0, 5, err)
+    assert st.state() == "halted"
+    halted = st.halted()
+    assert halted is not None and (halted.topic, halted.partition, halted.offset) == ("t", 0, 5)
+    failing.mark()
+    assert st.state() == "failed"
+
+
+def test_a_worker_without_progress_is_not_live(clean: object) -> None:
+    st = state(API_LIVENESS_S="1")
+    done = threading.Event()
+
+    def worker() -> None:
+        progress.enrol()
+        done.wait(5)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    try:
+        time.sleep(0.1)
+        assert st.live().live
+        time.sleep(1.1)
+        answer = st.live()
+        assert not answer.live and "API_LIVENESS_S=1" in (answer.reason or "")
+        control.pause()
+        assert st.live().live, "a paused process is never wedged"
+    finally:
+        done.set()
+        t.join()
+        progress._BEATS.clear()
+
+
+def test_a_retry_loop_is_listed_while_it_retries() -> None:
+    class Clock:
+        def monotonic(self) -> float:
+            return 0.0
+
+        def sleep(self, seconds: float) -> None:
+            pass
+
+    retries = Backoff(0.1, 1.0).start(Clock(), lambda: 0.5)
+    retries.sleep(retries.next_delay(), "bulk", "HTTP 429")
+    retries.sleep(retries.next_delay(), "bulk", "HTTP 503")
+    mine = [u for u in under_way() if u.where == "bulk"]
+    assert [(u.reason, u.attempts) for u in mine] == [("HTTP 503", 2)]
+    del retries
+    assert [u for u in under_way() if u.where == "bulk"] == []
