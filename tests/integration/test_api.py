@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +32,7 @@ from tests.conftest import (
 pytestmark = pytest.mark.integration
 
 TOKEN = "api-t0ken-for-tests"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def call(method: str, url: str, token: str | None = None) -> tuple[int, Any]:
@@ -287,3 +289,24 @@ def test_two_processes_on_one_host_serve_on_two_ports(
     assert a["process"]["processes"] == b["process"]["processes"] == 2
     owned = [p["partition"] for s in (a, b) for p in s["partitions"]]
     assert sorted(owned) == [0, 1, 2, 3]
+
+
+def test_the_api_survives_fuzzing_from_its_openapi_document(
+    services: Services, api_flow: Callable[..., ApiFlow]
+) -> None:
+    """schemathesis generates requests from docs/openapi.json (the document the server
+    serves, tests/unit/test_api.py): no 5xx, every answer as documented, and its
+    `ignored_auth` check sends each write without the token and expects a refusal."""
+    flow = api_flow({"API_TOKEN": TOKEN})
+    produce(services.kafka, flow.topic, records(0, 50))
+    schemathesis = str(Path(sys.executable).parent / "schemathesis")
+    cmd = [
+        schemathesis, "run", str(ROOT / "docs" / "openapi.json"),
+        "--url", flow.url, "-H", f"Authorization: Bearer {TOKEN}", "--checks", "all",
+        "-n", "30", "--seed", "1",
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    summary = out.stdout[out.stdout.find("SUMMARY") :]
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "No issues found" in summary and "6 selected / 6 total" in out.stdout
+    assert call("PUT", f"{flow.url}/pause")[0] == 401  # still refused after the fuzzing
