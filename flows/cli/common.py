@@ -194,11 +194,31 @@ def reachable_topics(settings: Settings, timeout: float = KAFKA_TIMEOUT_S) -> di
 
 def flow_topics(settings: Settings) -> dict[str, list[int]]:
     """The topics and partitions the flow reads (the flow's own look-up, `find_topics`),
-    after a quick reachability check so an unreachable broker fails in seconds."""
+    after a quick reachability check so an unreachable broker fails in seconds; a missing
+    topic is a Problem naming its setting."""
     from flows.source import find_topics
 
     reachable_topics(settings)
-    return find_topics(settings)
+    try:
+        return find_topics(settings)
+    except ConfigError as e:
+        raise Problem(str(e)) from None
+
+
+def flow_partitions(
+    settings: Settings, topic: str | None, partition: int | None
+) -> list[PartitionOffsets]:
+    """The offsets of the flow's partitions, or of those `--topic`/`--partition` choose."""
+    topics = flow_topics(settings)
+    if topic is not None:
+        if topic not in topics:
+            raise Usage(f"--topic: {topic} is not one of the flow's topics ({', '.join(topics)})")
+        topics = {topic: topics[topic]}
+    if partition is not None:
+        topics = {t: [p for p in ps if p == partition] for t, ps in topics.items()}
+        if not any(topics.values()):
+            raise Usage(f"--partition: no partition {partition} in {', '.join(topics)}")
+    return offsets(settings, settings.group_id, topics)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from rich.table import Table
 
 from flows.cli import common, control
 from flows.cli.common import PartitionOffsets, Problem, Usage
-from flows.errors import ConfigError
 
 if TYPE_CHECKING:
     from flows.config import Settings
@@ -32,24 +31,6 @@ offsets_app = typer.Typer(
 )
 
 
-def _partitions(
-    settings: Settings, topic: str | None, partition: int | None
-) -> list[PartitionOffsets]:
-    try:
-        topics = common.flow_topics(settings)
-    except ConfigError as e:
-        raise Problem(str(e)) from None
-    if topic is not None:
-        if topic not in topics:
-            raise Usage(f"--topic: {topic} is not one of the flow's topics ({', '.join(topics)})")
-        topics = {topic: topics[topic]}
-    if partition is not None:
-        topics = {t: [p for p in ps if p == partition] for t, ps in topics.items()}
-        if not any(topics.values()):
-            raise Usage(f"--partition: no partition {partition} in {', '.join(topics)}")
-    return common.offsets(settings, settings.group_id, topics)
-
-
 @offsets_app.command("show")
 def show(
     topic: str | None = typer.Option(None, "--topic", help="Only this topic."),
@@ -59,7 +40,7 @@ def show(
     """The group's committed offset, the log start and end and the lag of each partition."""
     with common.errors_as_exits():
         settings = common.load_settings()
-        parts = _partitions(settings, topic, partition)
+        parts = common.flow_partitions(settings, topic, partition)
         if json_out:
             common.emit_json(
                 {
@@ -191,7 +172,7 @@ def reset(
     """Move the group's committed offsets (refused while a flow of the group runs)."""
     with common.errors_as_exits():
         settings = common.load_settings()
-        parts = _partitions(settings, topic, partition)
+        parts = common.flow_partitions(settings, topic, partition)
         new = targets(settings, parts, to)
         if not dry_run:
             why = running(settings, api, probe_s)

@@ -36,7 +36,6 @@ from flows.cli import common
 from flows.cli.common import PartitionOffsets, Usage
 from flows.cli.dlq import parse, read
 from flows.cli.replay import replay_settings
-from flows.errors import ConfigError
 
 if TYPE_CHECKING:
     from flows.config import Settings
@@ -178,17 +177,8 @@ def verify(
         raise Usage("DOC_ID: none: Elasticsearch generates the ids, so nothing can be matched")
     if settings.es_data_stream:
         raise Usage("ES_DATA_STREAM: verify compares documents by id, not data streams")
-    try:
-        topics = common.flow_topics(settings)
-    except ConfigError as e:
-        raise common.Problem(str(e)) from None
-    if topic is not None:
-        if topic not in topics:
-            raise Usage(f"--topic: {topic} is not one of the flow's topics")
-        topics = {topic: topics[topic]}
-    if partition is not None:
-        topics = {t: [p for p in ps if p == partition] for t, ps in topics.items()}
-    parts = common.offsets(settings, settings.group_id, topics)
+    parts = common.flow_partitions(settings, topic, partition)
+    topics = {p.topic for p in parts}
     whole = partition is None and from_offset is None and to_offset is None and sample is None
     report = Report(content_compared=not settings.es_pipeline)
     plan: list[tuple[PartitionOffsets, int, int]] = []
@@ -233,7 +223,7 @@ def verify(
                 bar.advance(task, len(batch))
     finally:
         c.close()
-    dead = _dead_lettered(settings, set(topics)) if settings.dlq_topic else {}
+    dead = _dead_lettered(settings, topics) if settings.dlq_topic else {}
     for coords, why in seen.failed.items():
         if coords not in dead:
             why = f"dead-lettered by the flow ({why}) but not in DLQ_TOPIC"
