@@ -118,7 +118,7 @@ def _registry_formats() -> tuple[str, ...]:
 
 def _topics(settings: Settings, out: dict[str, list[int]]) -> str:
     """The flow's own topic look-up, without the dead-letter topic (checked on its own)."""
-    from flows.source import find_topics
+    from flows.topics import find_topics
 
     try:
         found = find_topics(settings)

@@ -129,7 +129,7 @@ def admin(settings: Settings) -> AdminClient:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from flows.source import kafka_config_error
+    from flows.topics import kafka_config_error
 
     try:
         return AdminClient(settings.librdkafka(QUIET))
@@ -142,7 +142,7 @@ def consumer(settings: Settings, group: str | None = None, **extra: Any) -> Cons
     purpose), or of a throw-away group (only reads)."""
     from confluent_kafka import Consumer, KafkaException
 
-    from flows.source import kafka_config_error
+    from flows.topics import kafka_config_error
 
     conf = settings.librdkafka(
         QUIET,
@@ -166,7 +166,7 @@ def reachable_topics(settings: Settings, timeout: float = KAFKA_TIMEOUT_S) -> di
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from flows.source import kafka_config_error
+    from flows.topics import kafka_config_error
 
     auth: list[KafkaError] = []
 
@@ -196,7 +196,7 @@ def flow_topics(settings: Settings) -> dict[str, list[int]]:
     """The topics and partitions the flow reads (the flow's own look-up, `find_topics`),
     after a quick reachability check so an unreachable broker fails in seconds; a missing
     topic is a Problem naming its setting."""
-    from flows.source import find_topics
+    from flows.topics import find_topics
 
     reachable_topics(settings)
     try:
