@@ -58,7 +58,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--latency-rate",
         type=float,
-        help="records/s of the latency runs (default: 50%% of flow-1w's docs/s)",
+        help="records/s of the latency runs (default: --latency-share of the throughput)",
     )
     p.add_argument(
         "--latency-share",
