@@ -121,9 +121,9 @@ def test_a_retry_loop_is_listed_while_it_retries() -> None:
             pass
 
     retries = Backoff(0.1, 1.0).start(Clock(), lambda: 0.5)
-    retries.sleep(retries.next_delay(), "bulk", "HTTP 429")
-    retries.sleep(retries.next_delay(), "bulk", "HTTP 503")
-    mine = [u for u in under_way() if u.where == "bulk"]
+    retries.sleep(retries.next_delay(), "test-loop", "HTTP 429")
+    retries.sleep(retries.next_delay(), "test-loop", "HTTP 503")
+    mine = [u for u in under_way() if u.where == "test-loop"]
     assert [(u.reason, u.attempts) for u in mine] == [("HTTP 503", 2)]
     del retries
-    assert [u for u in under_way() if u.where == "bulk"] == []
+    assert [u for u in under_way() if u.where == "test-loop"] == []
