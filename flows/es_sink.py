@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from flows import api, collector, discovery, shutdown, sink_config
+from flows import api, collector, discovery, shutdown, sink_config, watchdog
 from flows.config import Settings
 from flows.errors import ConfigError
 from flows.pipeline import build_flow
@@ -48,3 +48,4 @@ except ConfigError as _e:
     sys.exit(f"es_sink: configuration error: {_e}")
 
 collector.collect_on_a_clock(_settings.gc_interval_s)
+watchdog.watch(_settings, run_args())

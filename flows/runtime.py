@@ -27,6 +27,8 @@ class RunArgs:
     """The epoch length (`-s`; Bytewax's default 10 s)."""
     process_id: int = 0
     """This process's index in the cluster (`-i`; 0 for a single process)."""
+    addresses: tuple[str, ...] = ()
+    """The cluster's `host:port` addresses (`-a`), one per process; () for one process."""
 
 
 def run_args() -> RunArgs:
@@ -42,6 +44,7 @@ def run_args() -> RunArgs:
             recovery_dir=Path(db_dir) if db_dir is not None else None,
             epoch_s=_seconds(parsed.get("epoch_interval"), 10.0),
             process_id=parsed.get("process_id") or 0,
+            addresses=tuple(parsed.get("addresses") or ()),
         )
     env = os.environ
     directory = env.get("BYTEWAX_RECOVERY_DIRECTORY")
@@ -52,6 +55,7 @@ def run_args() -> RunArgs:
         recovery_dir=Path(directory) if directory else None,
         epoch_s=float(env.get("BYTEWAX_SNAPSHOT_INTERVAL") or 10),
         process_id=int(env.get("BYTEWAX_PROCESS_ID") or 0),
+        addresses=tuple(a for a in (env.get("BYTEWAX_ADDRESSES") or "").split(";") if a),
     )
 
 

@@ -266,6 +266,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     def close(self) -> None:
         """Leave without committing: only next_batch commits, after the epoch is durable."""
         _LIVE.discard(self)
+        progress.epoch_closed()
         self._consumer.close()
 
     # -- helpers

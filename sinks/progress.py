@@ -6,6 +6,9 @@ a retry's backoff) calls `beat()`. A worker whose last sign of life is older tha
 liveness limit is wedged: it neither returned to Bytewax nor waited in a loop that knows
 why. Only enrolled threads count, so the sink's pool threads, which idle between bulks,
 never look wedged.
+
+Snapshots mark epochs (`epoch_closed`): a cluster whose epochs stopped closing while no
+retry is under way is stalled (flows.watchdog).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import threading
 import time
 
 _BEATS: dict[int, float] = {}
+_EPOCH: list[float] = []  # [monotonic time of the latest snapshot], empty before the first
 
 
 def enrol() -> None:
@@ -38,3 +42,16 @@ def stalest_s() -> float | None:
 def workers() -> int:
     """How many worker threads enrolled (those that read at least one Kafka partition)."""
     return len(_BEATS)
+
+
+def epoch_closed() -> None:
+    """A partition of this process snapshotted: an epoch closed (the cluster watchdog)."""
+    if _EPOCH:
+        _EPOCH[0] = time.monotonic()
+    else:
+        _EPOCH.append(time.monotonic())
+
+
+def since_epoch_s() -> float | None:
+    """Seconds since this process last saw an epoch close (None: not yet)."""
+    return time.monotonic() - _EPOCH[0] if _EPOCH else None

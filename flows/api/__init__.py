@@ -1,7 +1,9 @@
 """The status and control API of a flow process (README, "Operating").
 
-Off unless API_PORT is set. Process i of a cluster serves on API_PORT + i, on API_HOST, from
-its own thread (never a Bytewax worker's). `serve` binds the port at start, so a port in
+Off unless API_PORT is set. A process serves on API_HOST, from its own thread (never a Bytewax
+worker's), on API_PORT plus the number of processes listed before it (`-a`) on the same
+host: process i of a cluster on one host serves on API_PORT + i, and a process alone on its
+host (a Kubernetes pod) on API_PORT itself. `serve` binds the port at start, so a port in
 use is one line naming API_PORT instead of a thread dying later.
 """
 
@@ -21,7 +23,15 @@ logger = logging.getLogger(__name__)
 SAMPLE_EVERY_S = 5.0
 """How often the rates and the readiness gauge are refreshed in the background."""
 
-__all__ = ["Api", "serve"]
+__all__ = ["Api", "api_port", "serve"]
+
+
+def api_port(base: int, addresses: tuple[str, ...], process_id: int) -> int:
+    """The API port of process `process_id` of the cluster at `addresses` (see above)."""
+    if not addresses or process_id >= len(addresses):
+        return base + process_id
+    host = addresses[process_id].rsplit(":", 1)[0]
+    return base + sum(a.rsplit(":", 1)[0] == host for a in addresses[:process_id])
 
 
 @dataclass
@@ -44,9 +54,10 @@ def serve(settings: Settings) -> Api | None:
     from flows.api.state import ProcessState
 
     run = run_args()
-    host, port = settings.api_host, settings.api_port + run.process_id
+    host = settings.api_host
+    port = api_port(settings.api_port, run.addresses, run.process_id)
     if port > 65535:
-        msg = f"API_PORT: {settings.api_port} + process id {run.process_id} is above 65535"
+        msg = f"API_PORT: {settings.api_port} + {port - settings.api_port} is above 65535"
         raise ConfigError(msg)
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET

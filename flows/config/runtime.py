@@ -27,3 +27,10 @@ class RuntimeSettings(Group):
         "Seconds between checks for new partitions/topics (restart to read them); 0: off",
         ge=0.0,
     )
+    cluster_stall_s: float = setting(
+        "CLUSTER_STALL_S",
+        60.0,
+        "with 2+ processes: exit 1 when no epoch closed for this long, nothing here retries "
+        "and a peer's status API does not answer; 0: off",
+        ge=0.0,
+    )

@@ -154,6 +154,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
 
     def snapshot(self) -> None:
         """Make everything buffered durable before Bytewax closes the epoch."""
+        progress.epoch_closed()
         self.flush()
         now = self._clock.monotonic()
         if now - self._summary_at >= SUMMARY_EVERY_S and self._stats["bulks"]:

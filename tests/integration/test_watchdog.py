@@ -1,0 +1,127 @@
+"""A two-process cluster whose peer stops answering ends with one line instead of hanging
+(flows.watchdog); an Elasticsearch outage, which stalls epochs too, does not end it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.flow import free_ports
+from chaos.proxy import Proxy
+from devkit.kafka import end_offsets
+from tests.conftest import (
+    Services,
+    committed_offsets,
+    count_docs,
+    create_topic,
+    produce,
+    start_flow,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+STALL_S = 10
+
+
+def records(start: int, n: int) -> list[tuple[bytes, bytes]]:
+    return [(f"k{i}".encode(), json.dumps({"n": i}).encode()) for i in range(start, start + n)]
+
+
+Cluster = Callable[..., list[subprocess.Popen[bytes]]]
+
+
+@pytest.fixture
+def cluster(services: Services, tmp_path: Path) -> Iterator[Cluster]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(env: dict[str, str], tag: str) -> list[subprocess.Popen[bytes]]:
+        addresses = ";".join(f"127.0.0.1:{p}" for p in free_ports(2))
+        api = free_ports(1)[0]
+        settings = {
+            "KAFKA_STOP_AT_END": "false",
+            "API_PORT": str(api),
+            "CLUSTER_STALL_S": str(STALL_S),
+            **env,
+        }
+        started = [
+            start_flow(
+                services, settings, "-i", str(i), "-a", addresses, log=tmp_path / f"{tag}-{i}.log"
+            )
+            for i in range(2)
+        ]
+        procs.extend(started)
+        return started
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+
+
+def test_a_frozen_peer_ends_the_cluster_with_one_line(
+    services: Services, names: Callable[[str], str], es: Any, cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = names("wd")
+    create_topic(services.kafka, topic, 4)
+    env = {"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": f"g-{topic}", "ES_INDEX": topic}
+    produce(services.kafka, topic, records(0, 400))
+    first, second = cluster(env, "a")
+    wait_for(lambda: count_docs(es, topic) == 400, 90, "the first records")
+    second.send_signal(signal.SIGSTOP)  # a host that stops answering, links kept open
+    frozen_at = time.monotonic()
+    try:
+        code = first.wait(STALL_S + 60)
+    finally:
+        second.kill()
+    took = time.monotonic() - frozen_at
+    log = (tmp_path / "a-0.log").read_text()
+    assert code == 1, log[-3000:]
+    lines = [line for line in log.splitlines() if "cluster stalled" in line]
+    assert len(lines) == 1 and "process 1 (http://127.0.0.1:" in lines[0], log[-3000:]
+    assert STALL_S <= took <= STALL_S + 30, took
+    # The supervisor restarts the cluster: nothing was lost.
+    produce(services.kafka, topic, records(400, 100))
+    cluster(env, "b")
+    wait_for(lambda: count_docs(es, topic) == 500, 120, "every record after the restart")
+    wait_for(
+        lambda: (
+            committed_offsets(services.kafka, f"g-{topic}", topic)
+            == end_offsets(services.kafka, topic)
+        ),
+        60,
+        "the commits",
+    )
+
+
+def test_an_elasticsearch_outage_does_not_end_the_cluster(
+    services: Services, names: Callable[[str], str], es: Any, cluster: Cluster
+) -> None:
+    topic = names("wdes")
+    create_topic(services.kafka, topic, 4)
+    proxy = Proxy(services.es_url)
+    try:
+        env = {
+            "KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": f"g-{topic}", "ES_INDEX": topic,
+            "ES_HOSTS": proxy.url,
+        }  # fmt: skip
+        procs = cluster(env, "es")
+        produce(services.kafka, topic, records(0, 200))
+        wait_for(lambda: count_docs(es, topic) == 200, 90, "the first records")
+        proxy.cut("refuse")
+        produce(services.kafka, topic, records(200, 200))
+        time.sleep(STALL_S * 3)  # epochs stall behind the retrying sink
+        assert [p.poll() for p in procs] == [None, None]
+        proxy.restore()
+        wait_for(lambda: count_docs(es, topic) == 400, 120, "every record after the outage")
+        assert [p.poll() for p in procs] == [None, None]
+    finally:
+        proxy.close()
