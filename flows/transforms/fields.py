@@ -12,6 +12,7 @@ from typing import Any, TypeAlias
 
 from flows.record import Doc
 from flows.transforms.entry import Entry
+from flows.transforms.headers import header_text
 from flows.transforms.registry import Transform, builtin
 from flows.transforms.timestamps import iso
 from sinks.model import MISSING, FieldPath
@@ -19,16 +20,19 @@ from sinks.model import MISSING, FieldPath
 
 @builtin(
     "insert_field",
-    keys=("field", "value", "from", "format"),
+    keys=("field", "value", "from", "format", "header", "default"),
     doc="""field, and value (static) or from (topic, partition, offset, timestamp, key = the
-    decoded doc.key); format: iso|epoch_ms only with from: timestamp.""",
+    decoded doc.key, header = the value of header: <name> as UTF-8 text, base64 when it is
+    not UTF-8; a missing header leaves the field out unless default: is given); format:
+    iso|epoch_ms only with from: timestamp.""",
 )
 def insert_field(e: Entry) -> Transform:
     path = e.path("field")
     head, key, set_path = path.head, path.last, path.set
     if e.exactly_one(("value", "from")) == "value":
-        if e.has("format"):
-            e.reject(".format", "only valid with from: timestamp")
+        for only in ("format", "header", "default"):
+            if e.has(only):
+                e.reject(f".{only}", _ONLY_WITH[only])
         value = e.raw["value"]
         if isinstance(value, dict | list):
             # A fresh copy per record: later transforms may mutate what was inserted.
@@ -54,10 +58,15 @@ def insert_field(e: Entry) -> Transform:
 
         return insert_static
 
-    origin = e.choice("from", ("topic", "partition", "offset", "timestamp", "key"))
+    origin = e.choice("from", ("topic", "partition", "offset", "timestamp", "key", "header"))
     fmt = e.choice("format", ("epoch_ms", "iso"), "epoch_ms")
-    if e.has("format") and origin != "timestamp":
-        e.reject(".format", "only valid with from: timestamp")
+    for only, needs in (("format", "timestamp"), ("header", "header"), ("default", "header")):
+        if e.has(only) and origin != needs:
+            e.reject(f".{only}", _ONLY_WITH[only])
+    if origin == "header":
+        return _insert_header(
+            e.req_text("header"), set_path, e.has("default"), e.raw.get("default")
+        )
     get: Callable[[Doc], Any]
     if origin == "topic":
         get = _record_topic
@@ -78,6 +87,31 @@ def insert_field(e: Entry) -> Transform:
         return doc
 
     return insert_from
+
+
+_ONLY_WITH = {
+    "format": "only valid with from: timestamp",
+    "header": "only valid with from: header",
+    "default": "only valid with from: header",
+}
+
+
+def _insert_header(
+    name: str, set_path: Callable[[dict[str, Any], Any], None], has_default: bool, default: Any
+) -> Transform:
+    """`from: header`: the header's text (see flows.transforms.headers), or `default`."""
+    mutable = isinstance(default, dict | list)  # then a fresh copy per record
+
+    def insert_header(doc: Doc) -> Doc:
+        if doc.source is not None:
+            value = header_text(doc, name)
+            if value is not MISSING:
+                set_path(doc.source, value)
+            elif has_default:
+                set_path(doc.source, copy.deepcopy(default) if mutable else default)
+        return doc
+
+    return insert_header
 
 
 def _record_topic(doc: Doc) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 from flows.record import Doc
 from flows.transforms.entry import Entry, short
+from flows.transforms.headers import required_header
 from flows.transforms.registry import Transform, builtin
 from sinks.model import MISSING, FieldPath
 
@@ -53,11 +54,22 @@ def key_from_field(e: Entry) -> Transform:
 
 @builtin(
     "id_from_field",
-    keys=("field",),
+    keys=("field", "header"),
     doc="""field: its value becomes doc.id (a non-empty string, or an integer made a string;
-    missing or anything else: ValueError).""",
+    missing or anything else: ValueError); or header: <name>, the header's text (UTF-8, or
+    base64 when it is not; missing, null or empty: ValueError).""",
 )
 def id_from_field(e: Entry) -> Transform:
+    if e.has("header"):
+        if e.has("field"):
+            e.reject(".header", "give either field or header, not both")
+        name = e.req_text("header")
+
+        def id_from_header(doc: Doc) -> Doc:
+            doc.id = required_header(doc, name, "id_from_field")
+            return doc
+
+        return id_from_header
     path = e.path("field")
 
     def id_from_field(doc: Doc) -> Doc:

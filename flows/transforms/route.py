@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from flows.record import Doc
 from flows.transforms.entry import CACHE_LIMIT, Entry
+from flows.transforms.headers import required_header
 from flows.transforms.ids import id_string, required_field
 from flows.transforms.registry import Transform, builtin
 from flows.transforms.timestamps import epoch_ms
@@ -18,18 +19,30 @@ _DOLLAR_GROUP = re.compile(r"\$(?:(\d+)|\{(\w+)\}|(\$))")
 
 @builtin(
     "route",
-    keys=("index", "timestamp_field", "topic_regex", "replacement", "routing_field"),
+    keys=(
+        "index",
+        "timestamp_field",
+        "topic_regex",
+        "replacement",
+        "index_header",
+        "routing_field",
+        "routing_header",
+    ),
     doc="""index (template such as `logs-{yyyy.MM.dd}`, dated by the record timestamp or by
     timestamp_field: epoch ms or ISO string), or topic_regex + replacement (`idx-$1`,
-    `idx-\\1`, `${name}`; index left unchanged unless the topic fully matches);
-    routing_field sets doc.routing (missing, or not a non-empty string or an integer:
-    ValueError).""",
+    `idx-\\1`, `${name}`; index left unchanged unless the topic fully matches), or
+    index_header (the header's text is the index); routing_field or routing_header sets
+    doc.routing (missing, or not a non-empty string or an integer: ValueError). Header text
+    is UTF-8, or base64 when it is not.""",
 )
 def route(e: Entry) -> Transform:
-    if e.has("index") and e.has("topic_regex"):
-        e.reject(".topic_regex", "give either index or topic_regex, not both")
-    if not any(e.has(k) for k in ("index", "topic_regex", "routing_field")):
-        e.reject(".index", "required for type route (or topic_regex, or routing_field)")
+    given = [k for k in ("index", "topic_regex", "index_header") if e.has(k)]
+    if len(given) > 1:
+        e.reject(f".{given[1]}", f"give either {given[0]} or {given[1]}, not both")
+    if e.has("routing_field") and e.has("routing_header"):
+        e.reject(".routing_header", "give either routing_field or routing_header, not both")
+    if not given and not e.has("routing_field") and not e.has("routing_header"):
+        e.reject(".index", "required for type route (or topic_regex, index_header, routing_field)")
     if e.has("replacement") and not e.has("topic_regex"):
         e.reject(".replacement", "only valid with topic_regex")
     if e.has("timestamp_field") and not e.has("index"):
@@ -49,8 +62,23 @@ def route(e: Entry) -> Transform:
             set_index = _index_from_record(template)
     elif e.has("topic_regex"):
         set_index = _index_from_topic(e, e.regex("topic_regex"))
+    elif e.has("index_header"):
+        set_index = _index_from_header(e.req_text("index_header"))
 
-    if not e.has("routing_field"):
+    get_routing: Callable[[Doc], str]
+    if e.has("routing_header"):
+        header = e.req_text("routing_header")
+
+        def get_routing(doc: Doc) -> str:
+            return required_header(doc, header, "route")
+
+    elif e.has("routing_field"):
+        routing = e.path("routing_field")
+
+        def get_routing(doc: Doc) -> str:
+            return id_string(required_field(doc, routing, "route"), routing, "route")
+
+    else:
         assert set_index is not None
         only_index = set_index
 
@@ -60,15 +88,20 @@ def route(e: Entry) -> Transform:
 
         return route_index
 
-    routing = e.path("routing_field")
-
     def route(doc: Doc) -> Doc:
         if set_index is not None:
             set_index(doc)
-        doc.routing = id_string(required_field(doc, routing, "route"), routing, "route")
+        doc.routing = get_routing(doc)
         return doc
 
     return route
+
+
+def _index_from_header(name: str) -> Callable[[Doc], None]:
+    def header_index(doc: Doc) -> None:
+        doc.index = required_header(doc, name, "route")
+
+    return header_index
 
 
 def _index_from_record(template: IndexName) -> Callable[[Doc], None]:
