@@ -25,6 +25,7 @@ from flows.decode import DecodeError, build_decoder
 from flows.errors import RecordFailedError
 from flows.record import DeadLetter, Doc, Record
 from flows.transforms import Transform, apply_transforms, build_transforms
+from flows.transforms.cdc import tombstone_topics
 from sinks import failing
 from sinks.dead_letter.policy import ErrorPolicy
 from sinks.elasticsearch.actions import ActionBuilder, ActionError
@@ -47,6 +48,9 @@ class Processor:
         self._value = build_decoder(settings, "value")
         self._key = build_decoder(settings, "key")
         self._transforms = build_transforms(settings.transforms) + list(transforms)
+        # Topics whose null values are Debezium's tombstones: the debezium transform, not
+        # ON_NULL_VALUE, decides what they mean (checked only for records with a null value).
+        self._cdc_tombstone = tombstone_topics(self._transforms)
         self._actions = ActionBuilder(sink_config.documents(settings))
         self._policy = ErrorPolicy(sink_config.tolerance(settings), "decode/transform")
         self._null_value = settings.on_null_value
@@ -167,6 +171,9 @@ class Processor:
         return out
 
     def _tombstone(self, rec: Record, key: Any) -> Doc | DeadLetter | None:
+        cdc = self._cdc_tombstone
+        if cdc is not None and cdc(rec.topic):  # the debezium transform drops or deletes it
+            return Doc(rec, None, key)
         policy = self._null_value
         if policy == "ignore":
             return None

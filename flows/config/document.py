@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BeforeValidator, field_validator, model_val
 
 from flows.config.fields import Flag, Group, OneOf, PairsInput, pairs, setting
 from flows.errors import ConfigError
+from flows.transforms.cdc import deleting_entries
 from sinks.elasticsearch.index_names import IndexName
 from sinks.elasticsearch.write_methods import DATA_STREAM_METHOD, WRITE_METHODS
 
@@ -121,7 +122,14 @@ class DocumentSettings(Group):
             msg = f"{method.name} needs document ids (DOC_ID is none)"
             raise ConfigError(f"WRITE_METHOD: {msg}")
         if self.on_null_value == "delete":
-            _check_deletes_can_find(self)
+            why = "ON_NULL_VALUE=delete: a tombstone has no fields and its own timestamp, so"
+            _check_deletes_can_find(self, why, "ON_NULL_VALUE=ignore/dlq")
+        for i in deleting_entries(self.transforms):  # Debezium deletes, the same way
+            kind = self.transforms[i]["type"]
+            why = (
+                f"transforms[{i}] ({kind}): a delete event has no fields and its own timestamp, so"
+            )
+            _check_deletes_can_find(self, why, "soft_delete: <field>")
         if self.version == "offset":
             _check_offsets_comparable(self)
         return self
@@ -132,12 +140,13 @@ def _dotted(prefix: str, value: str) -> bool:
     return value.startswith(prefix) and bool(rest) and not any(c.isspace() for c in rest)
 
 
-def _check_deletes_can_find(s: DocumentSettings) -> None:
+def _check_deletes_can_find(s: DocumentSettings, why: str, instead: str) -> None:
     """ON_NULL_VALUE=delete: a tombstone must name the index, id and routing of the document
     it deletes. It has no fields and its own timestamp, so anything derived from those would
     send the delete elsewhere, where Elasticsearch answers 404 and the document stays
-    (review finding F3). Refused at start rather than silently doing nothing."""
-    why = "ON_NULL_VALUE=delete: a tombstone has no fields and its own timestamp, so"
+    (review finding F3). Refused at start rather than silently doing nothing. The deletes of
+    the debezium transform are checked the same way (`why` says which; `instead` is the
+    setting that avoids the deletes)."""
     if s.doc_id != "key":
         msg = f"{why} its delete can only find a document whose id is the record key (DOC_ID=key)"
         raise ConfigError(f"DOC_ID: {msg}, got {s.doc_id!r}")
@@ -149,8 +158,8 @@ def _check_deletes_can_find(s: DocumentSettings) -> None:
     for name, template in (("ES_INDEX", s.es_index), *_named_map(s.es_index_map)):
         if _has_date(template):
             msg = (
-                f"{why} a delete would go to the index of the tombstone's date, not the "
-                f"document's; use an index without a date part or ON_NULL_VALUE=ignore/dlq"
+                f"{why} a delete would go to the index of its own record's date, not the "
+                f"document's; use an index without a date part or {instead}"
             )
             raise ConfigError(f"{name}: {msg} ({template!r})")
     for i, entry in enumerate(s.transforms):

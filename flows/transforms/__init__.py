@@ -24,8 +24,9 @@ at start, so a mistake (including an unknown type or key) fails the start with a
 Built-in types (`{type: <name>, ...}`, modelled on Kafka Connect SMTs) are registered with
 `@builtin(name, keys=..., doc=...)` in their family's module: fields (insert_field, rename,
 drop, keep, mask, extract), ids (key_from_field, id_from_field), timestamps
-(timestamp_convert), filters (filter), route, python. `BUILTINS` holds each one's keys and
-doc; the README's table sums them up (a test holds the two together).
+(timestamp_convert), filters (filter), route, cdc (debezium, unwrap), python. `BUILTINS`
+holds each one's keys and doc; the README's table sums them up (a test holds the two
+together).
 
 Dotted paths (`a.b.c`, `sinks.model.FieldPath`) walk nested objects; they do not index into
 lists, and a field whose name contains a dot cannot be addressed. A field that holds null is
@@ -44,7 +45,7 @@ from flows.errors import ConfigError
 from flows.record import Doc, Record
 
 # The families register their built-ins on import.
-from flows.transforms import fields, filters, ids, python, route, timestamps  # noqa: F401
+from flows.transforms import cdc, fields, filters, ids, python, route, timestamps  # noqa: F401
 from flows.transforms.entry import Entry
 from flows.transforms.registry import BUILTINS, Builtin, Transform, builtin, label
 
