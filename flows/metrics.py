@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
+# es_sink_records_skipped is declared with the sinks' metrics: they skip records too
+# (ERRORS_TOLERANCE=log).
+from sinks.metrics import SKIPPED as SKIPPED
+
 RECORDS_IN = Counter("es_sink_records_in", "Kafka records read by the flow")
-SKIPPED = Counter("es_sink_records_skipped", "Records dropped on purpose, by reason", ["reason"])
 CONSUMER_LAG = Gauge(
     "es_sink_consumer_lag", "Log end offset minus next offset to read", ["topic", "partition"]
 )

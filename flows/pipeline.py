@@ -58,8 +58,9 @@ def build_flow(
     if dead_letters is not None:
         op.output("dead-letters", routed.falses, DeadLetterSink(dead_letters, parts, stored))
     else:
-        # Without a topic the error policy stops the flow before any dead letter exists;
-        # should one appear anyway, fail rather than drop it.
+        # Without a topic the error policy stops the flow before any dead letter exists, or
+        # (ERRORS_TOLERANCE=log) logs and drops each one in the processor; should one
+        # appear anyway, fail rather than drop it.
         op.raises("no-dead-letter-topic", routed.falses)
     return flow
 

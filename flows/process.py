@@ -6,7 +6,8 @@ bumped once per batch, and each document leaves as bytes already encoded for `_b
 grouped by sink partition so the exchange to the sink moves one item per partition.
 
 With ERRORS_TOLERANCE=none a failed record is held (`flows.halt`), not raised, so that a
-record before it that Elasticsearch refuses is the one the flow stops on. Each batch also
+record before it that Elasticsearch refuses is the one the flow stops on. With `log` the
+policy logs each failed record and the batch drops it (one flag read per batch). Each batch also
 records how far it examined each Kafka partition, so that a source snapshot never passes a
 record not examined yet (`flows.halt.EXAMINED`).
 """
@@ -166,7 +167,8 @@ class Processor:
             metrics.SKIPPED.labels("dropped").inc(skipped)
         policy.end_batch(ok, len(failures), run, failures[-1] if failures else None)
         out: list[Routed] = [(str(p), c) for p, c in chunks.items()]
-        out.extend((str(f.record.partition % n_parts), f) for f in failures)
+        if not policy.skips:  # ERRORS_TOLERANCE=log: failed() logged them; nothing to send
+            out.extend((str(f.record.partition % n_parts), f) for f in failures)
         out.extend((str(f.record.partition % n_parts), f) for f in routed)
         return out
 

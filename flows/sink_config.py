@@ -101,11 +101,13 @@ def documents(s: Settings) -> DocumentConfig:
 def tolerance(s: Settings) -> ErrorTolerance:
     """ERRORS_TOLERANCE and the dead-letter circuit breaker."""
     return ErrorTolerance(
-        tolerate=s.errors_tolerance == "all",
+        tolerate=s.errors_tolerance != "none",
         max_consecutive=s.dlq_max_consecutive,
         max_ratio=s.dlq_max_ratio,
         min_records=s.dlq_ratio_min_records,
         secrets=_secrets(s),
+        log=s.errors_tolerance == "log",
+        log_values=s.errors_log_values,
     )
 
 

@@ -12,6 +12,12 @@ DOCS_INDEXED = Counter("es_sink_docs_indexed", "Bulk actions Elasticsearch ackno
 DEAD_LETTERS = Counter(
     "es_sink_dead_letters", "Records sent to the dead-letter topic, by stage", ["stage"]
 )
+SKIPPED = Counter(
+    "es_sink_records_skipped",
+    "Records not written on purpose, by reason: dropped (by a transform or ON_NULL_VALUE=ignore), "
+    "failed_deserialize, failed_transform, failed_index (ERRORS_TOLERANCE=log)",
+    ["reason"],
+)
 DELETES_NOT_FOUND = Counter(
     "es_sink_deletes_not_found",
     "Deletes Elasticsearch answered 404 (no such document or index): done, nothing deleted",

@@ -1,5 +1,6 @@
-"""Dead letters and the error policy: read by flows/policy.py, flows/process.py (tombstones,
-null keys) and sinks/dead_letter.py (the producer)."""
+"""Dead letters and the error policy: read by flows/sink_config.py (the policy of
+sinks/dead_letter/policy.py, the producer's config), flows/process.py (tombstones, null
+keys)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pydantic import model_validator
 from flows.config.fields import Flag, Group, OneOf, setting
 from flows.errors import ConfigError
 
+TOLERANCES = ("none", "all", "log")
 NULL_VALUE_POLICIES = ("ignore", "delete", "dlq", "fail")
 NULL_KEY_POLICIES = ("coordinates", "dlq")
 
@@ -18,8 +20,13 @@ class DeadLetterSettings(Group):
     """Where failed records go, and when failures stop the flow."""
 
     dlq_topic: str | None = setting("DLQ_TOPIC", None, "dead-letter topic (must exist)")
-    errors_tolerance: Annotated[str, OneOf(("none", "all"))] = setting(
-        "ERRORS_TOLERANCE", "none", "none: a failed record stops the flow; all: dead-letter it"
+    errors_tolerance: Annotated[str, OneOf(TOLERANCES)] = setting(
+        "ERRORS_TOLERANCE",
+        "none",
+        "none: a failed record stops the flow; all: dead-letter it; log: log it and skip it",
+    )
+    errors_log_values: Flag = setting(
+        "ERRORS_LOG_VALUES", False, "ERRORS_TOLERANCE=log: add the record's key and value"
     )
     dlq_stacktrace: Flag = setting(
         "DLQ_STACKTRACE", False, "add __connect.errors.exception.stacktrace"
@@ -50,6 +57,15 @@ class DeadLetterSettings(Group):
     def _dead_letters_need_a_topic(self) -> Self:
         if self.errors_tolerance == "all" and not self.dlq_topic:
             msg = "DLQ_TOPIC: required when ERRORS_TOLERANCE=all (dead letters go there)"
+            raise ConfigError(msg)
+        if self.errors_tolerance == "log" and self.dlq_topic:
+            msg = (
+                "DLQ_TOPIC: not used with ERRORS_TOLERANCE=log (failed records are logged and "
+                "skipped); unset it, or use ERRORS_TOLERANCE=all to dead-letter them"
+            )
+            raise ConfigError(msg)
+        if self.errors_log_values and self.errors_tolerance != "log":
+            msg = "ERRORS_LOG_VALUES: only with ERRORS_TOLERANCE=log (it logs skipped records)"
             raise ConfigError(msg)
         for name, policy in (
             ("ON_NULL_VALUE", self.on_null_value),

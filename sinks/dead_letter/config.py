@@ -18,7 +18,8 @@ class ErrorTolerance:
     """ERRORS_TOLERANCE and the dead-letter circuit breaker (see `sinks.dead_letter.policy`)."""
 
     tolerate: bool
-    """ERRORS_TOLERANCE=all: failed records become dead letters (none: the flow stops)."""
+    """ERRORS_TOLERANCE=all or log: failed records become dead letters, or are logged and
+    skipped (none: the flow stops)."""
     max_consecutive: int
     """DLQ_MAX_CONSECUTIVE; 0: no limit."""
     max_ratio: float
@@ -27,6 +28,11 @@ class ErrorTolerance:
     """DLQ_RATIO_MIN_RECORDS: records seen before the ratio applies."""
     secrets: tuple[Secret, ...] = field(default=(), repr=False)
     """Configured secret values, masked in the errors that stop the flow."""
+    log: bool = False
+    """ERRORS_TOLERANCE=log: a failed record is logged (one line) and skipped, not sent to a
+    dead-letter topic; the breaker applies as for dead letters."""
+    log_values: bool = False
+    """ERRORS_LOG_VALUES: those lines also show the record's key and value."""
 
 
 @dataclass(frozen=True, eq=False)

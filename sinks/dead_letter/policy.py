@@ -7,6 +7,15 @@ than DLQ_MAX_CONSECUTIVE failures in a row, or a failed share above DLQ_MAX_RATI
 DLQ_RATIO_MIN_RECORDS records were seen. A tripped breaker stops the flow the same way, so
 a broken deploy does not pour a whole topic into the dead-letter topic.
 
+With `log` (Kafka Connect's `errors.tolerance=all` with `errors.log.enable=true` and no
+dead-letter topic) `failed()` writes one WARNING line per failed record instead (its
+coordinates, stage and error, secrets masked; its key and value only with
+ERRORS_LOG_VALUES, which also keeps the first bytes a decode error quotes; a reason from
+Elasticsearch or a transform may still quote a field's value, as in Kafka Connect's log)
+and counts it in `es_sink_records_skipped{reason="failed_<stage>"}`; the
+caller then drops it. The breaker applies unchanged. A record that trips the breaker is not
+logged as skipped: the flow stops on it, and nothing from it on is committed.
+
 Callers keep the run of consecutive failures in a local variable while they walk a batch
 (starting from `consecutive`, reset to 0 on each success), call `failed()` for each
 failure and `end_batch()` once: the per-record cost is an integer update.
@@ -21,13 +30,23 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import get_args
 
+from sinks import metrics
 from sinks.dead_letter.config import ErrorTolerance
+from sinks.dead_letter.headers import MAX_MESSAGE_CHARS
 from sinks.errors import DeadLetterLimitError, RecordFailedError
-from sinks.model import DeadLetter
+from sinks.model import DeadLetter, Stage
 from sinks.secrets import redact
 
 logger = logging.getLogger(__name__)
+
+LOGGED_VALUE_CHARS = 2000
+"""ERRORS_LOG_VALUES: how much of a key's or value's repr a skipped record's line shows."""
+PAYLOAD_QUOTE = "; payload starts "
+"""How a decode error ends when it quotes the record's first bytes (flows.decode.common):
+without ERRORS_LOG_VALUES the line leaves that part out, as it leaves out the value."""
+_REASONS = {stage: f"failed_{stage}" for stage in get_args(Stage)}
 
 
 class ErrorPolicy:
@@ -40,6 +59,9 @@ class ErrorPolicy:
         self.min_records = tolerance.min_records
         self.where = where
         self.secrets = tolerance.secrets
+        self.skips = tolerance.log
+        """ERRORS_TOLERANCE=log: `failed()` logs the record; the caller drops it."""
+        self._log_values = tolerance.log_values
         self._consecutive = 0
         self.seen = 0
         self.failed_total = 0
@@ -62,6 +84,30 @@ class ErrorPolicy:
         if self.max_consecutive and run > self.max_consecutive:
             why = f"{run} records in a row failed (DLQ_MAX_CONSECUTIVE={self.max_consecutive})"
             self._trip(why, dl)
+        if self.skips:
+            self._log_skipped(dl)
+
+    def _log_skipped(self, dl: DeadLetter) -> None:
+        """ERRORS_TOLERANCE=log: the one line that is all that remains of a skipped record."""
+        rec = dl.record
+        message = dl.message
+        if not self._log_values and PAYLOAD_QUOTE in message:
+            message = message.split(PAYLOAD_QUOTE, 1)[0] + "; payload not shown"
+        line = (
+            f"skipped a failed record (ERRORS_TOLERANCE=log): topic={rec.topic} "
+            f"partition={rec.partition} offset={rec.offset} stage={dl.stage} "
+            f"error={dl.error_class}: {self._shown(message, MAX_MESSAGE_CHARS)}"
+        )
+        if self._log_values:
+            line += f" key={self._shown(repr(rec.key), LOGGED_VALUE_CHARS)}"
+            line += f" value={self._shown(repr(rec.value), LOGGED_VALUE_CHARS)}"
+        logger.warning("%s", line)
+        metrics.SKIPPED.labels(_REASONS[dl.stage]).inc()
+
+    def _shown(self, text: str, limit: int) -> str:
+        """`text` on one line, secrets masked (before the cut: no half secret survives it)."""
+        text = redact(text, self.secrets).replace("\r", "\\r").replace("\n", "\\n")
+        return text if len(text) <= limit else f"{text[: limit - 15]}... (truncated)"
 
     def stop_error(self, dl: DeadLetter) -> RecordFailedError:
         """The error that stops the flow on `dl` under ERRORS_TOLERANCE=none, secrets masked."""

@@ -311,10 +311,11 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         self._account(actions, bad)
         if bad:
             self._stats["dead_lettered"] += len(bad)
-            if self._dlq is None:  # only reachable with ERRORS_TOLERANCE=none, which raised
-                msg = "rejected documents but no DLQ_TOPIC"
+            if self._dlq is not None:
+                self._dlq.send(list(bad.values()))
+            elif not self._policy.skips:  # ERRORS_TOLERANCE=log: `_account` logged them
+                msg = "rejected documents but no DLQ_TOPIC"  # none raised in `_account`
                 raise ConfigError(msg)
-            self._dlq.send(list(bad.values()))
 
     def _write(self, pending: list[Action], call: bulk.Call) -> None:
         """Send `pending` and retry what is transient, with backoff; a 413 halves it."""
