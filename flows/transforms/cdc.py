@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from flows.record import Doc
-from flows.transforms.entry import CACHE_LIMIT, Entry, short
+from flows.transforms.entry import Entry, short, topic_matcher
 from flows.transforms.registry import Transform, builtin
 from sinks.model import MISSING
 
@@ -187,20 +187,7 @@ def _every_topic(topic: str) -> bool:
 
 
 def _topic_filter(e: Entry) -> Callable[[str], bool] | None:
-    if not e.has("topics"):
-        return None
-    pattern = e.regex("topics")
-    cache: dict[str, bool] = {}
-
-    def handles(topic: str) -> bool:
-        hit = cache.get(topic)
-        if hit is None:
-            if len(cache) > CACHE_LIMIT:
-                cache.clear()
-            hit = cache[topic] = pattern.fullmatch(topic) is not None
-        return hit
-
-    return handles
+    return topic_matcher(e.regex("topics")) if e.has("topics") else None
 
 
 def _added_fields(e: Entry) -> list[tuple[Callable[[Any], Any], Callable[..., None]]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from flows.errors import ConfigError
@@ -16,6 +16,22 @@ from sinks.model import MISSING, FieldPath
 
 CACHE_LIMIT = 10_000
 """Entries a per-transform cache (by topic, by epoch second) holds before it starts over."""
+
+
+def topic_matcher(pattern: re.Pattern[str]) -> Callable[[str], bool]:
+    """Whether `pattern` fully matches a topic, cached per topic (a regex per record is the
+    cost a filter or the debezium transform would otherwise add)."""
+    cache: dict[str, bool] = {}
+
+    def matches(topic: str) -> bool:
+        hit = cache.get(topic)
+        if hit is None:
+            if len(cache) > CACHE_LIMIT:
+                cache.clear()
+            hit = cache[topic] = pattern.fullmatch(topic) is not None
+        return hit
+
+    return matches
 
 
 def short(value: Any) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeAlias
 
 from flows.record import Doc
-from flows.transforms.entry import CACHE_LIMIT, Entry
+from flows.transforms.entry import Entry, topic_matcher
 from flows.transforms.registry import Transform, builtin
 from sinks.model import MISSING
 
@@ -60,16 +60,10 @@ def _is_tombstone(doc: Doc) -> bool:
 
 
 def _topic_cond(pattern: re.Pattern[str]) -> _Cond:
-    cache: dict[str, bool] = {}
+    matches = topic_matcher(pattern)
 
     def topic_matches(doc: Doc) -> bool:
-        topic = doc.record.topic
-        hit = cache.get(topic)
-        if hit is None:
-            if len(cache) > CACHE_LIMIT:
-                cache.clear()
-            hit = cache[topic] = pattern.fullmatch(topic) is not None
-        return hit
+        return matches(doc.record.topic)
 
     return topic_matches
 
