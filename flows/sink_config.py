@@ -10,6 +10,7 @@ credential check and the sink use one client.
 from __future__ import annotations
 
 import functools
+import re
 
 from flows.config import Settings
 from flows.errors import ConfigError
@@ -22,6 +23,7 @@ from sinks.elasticsearch.config import (
     RetryConfig,
     TemplateConfig,
 )
+from sinks.elasticsearch.write_methods import Updates
 from sinks.model import FieldPath
 from sinks.secrets import Secret
 
@@ -94,7 +96,22 @@ def documents(s: Settings) -> DocumentConfig:
         pipeline=s.es_pipeline,
         data_stream=s.es_data_stream,
         timestamp_field=_path("ES_TIMESTAMP_FIELD", s.es_timestamp_field),
+        updates=Updates(
+            on_missing=s.on_missing_document,
+            script=_script(s),
+            scripted_upsert=s.es_scripted_upsert,
+        ),
+        index_allow=re.compile(s.es_index_allow) if s.es_index_allow else None,
     )
+
+
+def _script(s: Settings) -> dict[str, str] | None:
+    """The `script` of WRITE_METHOD=script's updates (its `params.doc` is added per record)."""
+    if s.es_script_id:
+        return {"id": s.es_script_id}
+    if s.es_script_source:
+        return {"source": s.es_script_source, "lang": s.es_script_lang}
+    return None
 
 
 @functools.cache

@@ -22,6 +22,10 @@ DELETES_NOT_FOUND = Counter(
     "es_sink_deletes_not_found",
     "Deletes Elasticsearch answered 404 (no such document or index): done, nothing deleted",
 )
+UPDATES_MISSING = Counter(
+    "es_sink_updates_missing",
+    "Updates of a missing document skipped under ON_MISSING_DOCUMENT=ignore: nothing written",
+)
 BULK_RETRIES = Counter(
     "es_sink_bulk_retries", "Bulk items or requests retried, by status or error", ["status"]
 )

@@ -57,6 +57,12 @@ class Doc:
     `source` is the document body (None only for a delete). `key` is the decoded record key
     (transforms may replace it). `index`, `id` and `routing` left as None are filled in by
     the configured defaults (ES_INDEX, DOC_ID) after the last transform.
+
+    `action` left as None writes with WRITE_METHOD; a transform sets it to write this record
+    alone another way: `index`, `create`, `update`, `upsert`, `script` or `delete`.
+    `delete=True` means the same as `action="delete"` (the older spelling, kept for
+    tombstones and existing transforms); a Doc with `delete=True` and another action is
+    refused (a dead letter).
     """
 
     record: Record
@@ -68,6 +74,7 @@ class Doc:
     delete: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
     """Free space for user transforms to pass values to later transforms."""
+    action: str | None = None
 
 
 @dataclass(slots=True)

@@ -5,6 +5,7 @@ the transforms) are written here too."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Self
 
@@ -13,8 +14,14 @@ from pydantic import AfterValidator, BeforeValidator, field_validator, model_val
 from flows.config.fields import Flag, Group, OneOf, PairsInput, pairs, setting
 from flows.errors import ConfigError
 from flows.transforms.cdc import deleting_entries
-from sinks.elasticsearch.index_names import IndexName
-from sinks.elasticsearch.write_methods import DATA_STREAM_METHOD, WRITE_METHODS
+from sinks.elasticsearch.index_names import IndexName, problem
+from sinks.elasticsearch.write_methods import (
+    ACTIONS,
+    DATA_STREAM_METHOD,
+    DELETE,
+    ON_MISSING,
+    WRITE_METHODS,
+)
 
 DOC_IDS = "key, coordinates, none or field:<dotted.path>"
 # Built-in transforms that derive a document's id, key, index or routing from its fields.
@@ -43,7 +50,33 @@ class DocumentSettings(Group):
         dict[str, IndexTemplateText], BeforeValidator(pairs, json_schema_input_type=PairsInput)
     ] = setting("ES_INDEX_MAP", {}, "per-topic index: `orders:orders-v2,payments:pay-{yyyy.MM}`")
     write_method: Annotated[str, OneOf(tuple(WRITE_METHODS))] = setting(
-        "WRITE_METHOD", "index", "index, create (409 = done) or upsert (doc_as_upsert)"
+        "WRITE_METHOD",
+        "index",
+        "index, create (409 = done), upsert (doc_as_upsert), update (partial doc) or script",
+    )
+    on_missing_document: Annotated[str, OneOf(ON_MISSING)] = setting(
+        "ON_MISSING_DOCUMENT",
+        "dlq",
+        "update, script: a missing document is a dead letter (dlq), skipped (ignore) or "
+        "created (upsert)",
+    )
+    es_script_id: str | None = setting(
+        "ES_SCRIPT_ID", None, "WRITE_METHOD=script: the stored script to run"
+    )
+    es_script_source: str | None = setting(
+        "ES_SCRIPT_SOURCE", None, "WRITE_METHOD=script: the inline script to run"
+    )
+    es_script_lang: str = setting("ES_SCRIPT_LANG", "painless", "language of ES_SCRIPT_SOURCE")
+    es_scripted_upsert: Flag = setting(
+        "ES_SCRIPTED_UPSERT",
+        False,
+        "script, ON_MISSING_DOCUMENT=upsert: create a missing document by running the script "
+        "on {} (else the document is inserted as it is)",
+    )
+    es_index_allow: str | None = setting(
+        "ES_INDEX_ALLOW",
+        None,
+        "regex every index name must match whole; a record's name outside it is a dead letter",
     )
     doc_id: str = setting("DOC_ID", "key", f"document id: {DOC_IDS}")
     version: str = setting("VERSION", "none", "external version: none, offset or header:<name>")
@@ -56,7 +89,7 @@ class DocumentSettings(Group):
     es_retry_on_conflict: int = setting(
         "ES_RETRY_ON_CONFLICT",
         3,
-        "WRITE_METHOD=upsert: re-runs of an update that met a concurrent write (then 409)",
+        "upsert, update, script: re-runs of an update that met a concurrent write (then 409)",
         ge=0,
     )
 
@@ -78,6 +111,16 @@ class DocumentSettings(Group):
     def _version(cls, value: str) -> str:
         if value not in ("none", "offset") and not _dotted("header:", value):
             raise ValueError(f"expected none, offset or header:<name>, got {value!r}")
+        return value
+
+    @field_validator("es_index_allow")
+    @classmethod
+    def _index_allow(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as e:
+                raise ValueError(f"invalid regular expression: {e}") from None
         return value
 
     @field_validator("es_routing")
@@ -121,6 +164,8 @@ class DocumentSettings(Group):
         if method.needs_id and self.doc_id == "none":
             msg = f"{method.name} needs document ids (DOC_ID is none)"
             raise ConfigError(f"WRITE_METHOD: {msg}")
+        _check_updates(self)
+        _check_index_names(self)
         if self.on_null_value == "delete":
             why = "ON_NULL_VALUE=delete: a tombstone has no fields and its own timestamp, so"
             _check_deletes_can_find(self, why, "ON_NULL_VALUE=ignore/dlq")
@@ -133,6 +178,97 @@ class DocumentSettings(Group):
         if self.version == "offset":
             _check_offsets_comparable(self)
         return self
+
+
+def _check_updates(s: DocumentSettings) -> None:
+    """The update-based methods' settings, and the per-record actions an `action` transform
+    may choose, against the write method and each other."""
+    method = WRITE_METHODS[s.write_method]
+    given = s.model_fields_set
+    targets = _action_targets(s)  # None: a python transform may choose anything
+    chosen = {method.name} | (set(ACTIONS) if targets is None else targets)
+    if s.es_script_id and s.es_script_source:
+        raise ConfigError("ES_SCRIPT_ID: give ES_SCRIPT_ID or ES_SCRIPT_SOURCE, not both")
+    if s.es_script_id and "es_script_lang" in given:
+        raise ConfigError("ES_SCRIPT_LANG: a stored script (ES_SCRIPT_ID) has its own language")
+    scripted = s.es_script_id or s.es_script_source
+    if method.needs_script and not scripted:
+        raise ConfigError("WRITE_METHOD: script needs ES_SCRIPT_ID or ES_SCRIPT_SOURCE")
+    if scripted and not any(WRITE_METHODS[m].needs_script for m in chosen if m != DELETE):
+        name = "ES_SCRIPT_ID" if s.es_script_id else "ES_SCRIPT_SOURCE"
+        raise ConfigError(f"{name}: only WRITE_METHOD=script runs a script, not {method.name}")
+    if s.es_scripted_upsert and s.on_missing_document != "upsert":
+        msg = f"needs ON_MISSING_DOCUMENT=upsert, got {s.on_missing_document}"
+        raise ConfigError(f"ES_SCRIPTED_UPSERT: {msg}")
+    if s.es_scripted_upsert and not scripted:
+        raise ConfigError("ES_SCRIPTED_UPSERT: needs a script (WRITE_METHOD=script)")
+    reads_missing = any(WRITE_METHODS[m].on_missing for m in chosen if m != DELETE)
+    if "on_missing_document" in given and not reads_missing:
+        msg = f"only update and script read it, not WRITE_METHOD={method.name}"
+        raise ConfigError(f"ON_MISSING_DOCUMENT: {msg}")
+    for i, entry in enumerate(s.transforms):
+        if entry.get("type") != "action":
+            continue
+        targets = _entry_targets(entry, unmapped=set())  # any value: checked per record
+        if DELETE in targets and (s.doc_id == "none" or s.es_data_stream):
+            refused = (
+                "needs document ids (DOC_ID is none)"
+                if s.doc_id == "none"
+                else "is refused by data streams (ES_DATA_STREAM=true)"
+            )
+            raise ConfigError(f"transforms[{i}] (action): action delete {refused}")
+        for name in sorted(targets & set(WRITE_METHODS)):
+            m = WRITE_METHODS[name]
+            why = (
+                "needs document ids (DOC_ID is none)" if m.needs_id and s.doc_id == "none"
+                else "needs ES_SCRIPT_ID or ES_SCRIPT_SOURCE" if m.needs_script and not scripted
+                else "is refused by data streams (ES_DATA_STREAM=true)"
+                if s.es_data_stream and not m.allows_data_stream
+                else "carries no external version (VERSION is set)"
+                if s.external_versioning and not m.allows_external_version
+                else None
+            )  # fmt: skip
+            if why:
+                raise ConfigError(f"transforms[{i}] (action): action {name} {why}")
+
+
+def _action_targets(s: DocumentSettings) -> set[str] | None:
+    """The actions the configured transforms may choose per record (None: any, a python
+    transform may set `Doc.action`)."""
+    out: set[str] = set()
+    for entry in s.transforms:
+        kind = entry.get("type", "python" if "python" in entry else None)
+        if kind == "python":
+            return None
+        if kind == "action":
+            out |= _entry_targets(entry)
+    return out
+
+
+def _entry_targets(entry: dict[str, Any], unmapped: set[str] | None = None) -> set[str]:
+    """What one `action` entry may choose: its map's values and default, or (no map) any
+    action, or `unmapped`."""
+    mapping = entry.get("map")
+    if not isinstance(mapping, dict):
+        return set(ACTIONS) if unmapped is None else unmapped
+    out = {str(v) for v in mapping.values()}
+    if entry.get("default") is not None:
+        out.add(str(entry["default"]))
+    return out
+
+
+def _check_index_names(s: DocumentSettings) -> None:
+    """An index name without placeholders is the same for every record: held to
+    Elasticsearch's rules and ES_INDEX_ALLOW here, at start (the others, per record)."""
+    allow = re.compile(s.es_index_allow) if s.es_index_allow else None
+    for name, template in (("ES_INDEX", s.es_index), *_named_map(s.es_index_map)):
+        if not IndexName(template).is_static:
+            continue
+        why = problem(template)
+        if why is None and allow is not None and allow.fullmatch(template) is None:
+            why = f"index name {template!r} does not match ES_INDEX_ALLOW ({allow.pattern})"
+        if why:
+            raise ConfigError(f"{name}: {why}")
 
 
 def _dotted(prefix: str, value: str) -> bool:

@@ -24,7 +24,7 @@ at start, so a mistake (including an unknown type or key) fails the start with a
 Built-in types (`{type: <name>, ...}`, modelled on Kafka Connect SMTs) are registered with
 `@builtin(name, keys=..., doc=...)` in their family's module: fields (insert_field, rename,
 drop, keep, mask, extract), ids (key_from_field, id_from_field), timestamps
-(timestamp_convert), filters (filter), route, cdc (debezium, unwrap), python. `BUILTINS`
+(timestamp_convert), filters (filter), route, cdc (debezium, unwrap), action, python. `BUILTINS`
 holds each one's keys and doc; the README's table sums them up (a test holds the two
 together).
 
@@ -45,7 +45,16 @@ from flows.errors import ConfigError
 from flows.record import Doc, Record
 
 # The families register their built-ins on import.
-from flows.transforms import cdc, fields, filters, ids, python, route, timestamps  # noqa: F401
+from flows.transforms import (  # noqa: F401
+    action,
+    cdc,
+    fields,
+    filters,
+    ids,
+    python,
+    route,
+    timestamps,
+)
 from flows.transforms.entry import Entry
 from flows.transforms.registry import BUILTINS, Builtin, Transform, builtin, label
 

@@ -1,27 +1,50 @@
 """How a document becomes a bulk action: index, id, version, routing, and the NDJSON bytes.
 
 Everything that does not depend on the record (operation, index name patterns, id
-strategy) is decided once in `ActionBuilder.__init__`; `build()` does the per-record
-remainder and encodes the action and source lines with orjson, so the sink only
-concatenates bytes.
+strategy, the write methods' body encoders) is decided once in `ActionBuilder.__init__`;
+`build()` does the per-record remainder and encodes the action and source lines with
+orjson, so the sink only concatenates bytes.
+
+Per-record actions: a transform may set `Doc.action` to a write method name (`index`,
+`create`, `update`, `upsert`, `script`) or `delete` for that record alone. `Doc.delete=True`
+is the older spelling of `action="delete"` (tombstones and transforms use it); a Doc with
+both `delete=True` and another action is refused. Every write to one id goes through one
+sink partition, in order, so mixed actions on a document apply in record order.
+
+Index names: every name a record produces (a `{topic}` or date pattern, or `Doc.index`
+from a transform) is held to Elasticsearch's rules and to ES_INDEX_ALLOW once per distinct
+name; a refused one is an `InvalidIndexName` (a dead letter at stage `index`), never a
+request that fails.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from sinks.deep import deep_recursion
+from sinks.elasticsearch import index_names
 from sinks.elasticsearch.config import DocumentConfig
 from sinks.elasticsearch.index_names import IndexName
+from sinks.elasticsearch.write_methods import ACTIONS, DELETE, WRITE_METHODS, Encode, WriteMethod
 from sinks.model import Action, Doc, Record
 
 MAX_ID_BYTES = 512  # Elasticsearch refuses longer ids (and fails the whole bulk request)
 MAX_VERSION = 2**63 - 1
+NAME_CACHE_LIMIT = 10_000
+"""Distinct index names whose check is remembered before the memory starts over."""
 
-__all__ = ["MAX_ID_BYTES", "MAX_VERSION", "Action", "ActionBuilder", "ActionError"]
+__all__ = [
+    "MAX_ID_BYTES",
+    "MAX_VERSION",
+    "Action",
+    "ActionBuilder",
+    "ActionError",
+    "InvalidIndexName",
+]
 
 
 class ActionError(ValueError):
@@ -33,16 +56,37 @@ class ActionError(ValueError):
 ActionError.__module__ = "sinks.actions"
 
 
+class InvalidIndexName(ActionError):
+    """The index name a record produced breaks Elasticsearch's rules, or ES_INDEX_ALLOW."""
+
+
+InvalidIndexName.__module__ = "sinks.actions"
+
+
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """A write method compiled for this configuration."""
+
+    method: WriteMethod
+    op: str
+    encode: Encode | None
+    retry_on_conflict: int
+
+
 class ActionBuilder:
     """Turns transformed `Doc`s into encoded bulk `Action`s per the documents' config."""
 
     def __init__(self, config: DocumentConfig) -> None:
-        method = config.method
-        self._op = method.op
-        self._wrap = method.wrap
-        self._retry_on_conflict = config.retry_on_conflict if method.retries_conflicts else 0
+        self._updates = config.updates
+        self._retry_on_conflict = config.retry_on_conflict
+        self._writes: dict[str, _Write] = {}
+        default = self._default = self._write(config.method)
+        self._op = default.op
         self._default_index = IndexName(config.index)
         self._index_map = {t: IndexName(i) for t, i in config.index_map.items()}
+        self._allow = config.index_allow
+        self._names: dict[str, str] = {}
+        """Index name → why it is refused ("" when it is fine), for names records produce."""
         self._id_mode = config.doc_id
         self._id_path = config.id_field
         if self._id_mode == "field" and self._id_path is None:
@@ -60,8 +104,8 @@ class ActionBuilder:
         # The common case (index/create with only _index and _id in the action line) skips
         # the metadata dict: the line is a cached prefix, the id as JSON, and a suffix.
         self._plain = not (
-            config.routing or self._pipeline or self._data_stream or self._wrap
-            or self._retry_on_conflict or self._version_offset
+            config.routing or self._pipeline or self._data_stream or default.encode
+            or default.retry_on_conflict or self._version_offset
             or self._version_header is not None
         )  # fmt: skip
         self._prefixes: dict[str, tuple[bytes, bytes]] = {}
@@ -70,63 +114,143 @@ class ActionBuilder:
     def build(self, doc: Doc) -> Action:
         """Encode `doc`; raise ActionError when the record cannot be indexed as configured."""
         rec = doc.record
-        index = doc.index or self.index_for(rec)
+        index = doc.index
+        if index is None:
+            index = self.index_for(rec)
+        else:  # set by a transform: held to the rules once per distinct name
+            why = self._names.get(index)
+            if why is None:
+                why = self._judge(index)
+            if why:
+                raise InvalidIndexName(why)
         doc_id = _as_id(doc.id) if doc.id is not None else self._derive_id(doc)
         if doc_id is not None and (
             not doc_id or (len(doc_id) > 128 and _utf8_len(doc_id) > MAX_ID_BYTES)
         ):
             msg = f"document id must be 1 to {MAX_ID_BYTES} bytes (UTF-8), got {doc_id[:40]!r}..."
             raise ActionError(msg)
-        if self._plain and doc.routing is None and not doc.delete and doc.source is not None:
-            prefixes = self._prefixes.get(index)
-            if prefixes is None:
-                prefixes = self._prefixes[index] = self._line_prefixes(index)
-            body = _dumps(doc.source)
-            if doc_id is None:
-                return Action(None, prefixes[1] + body + b"\n", rec)
-            return Action(doc_id, prefixes[0] + _dumps(doc_id) + b"}}\n" + body + b"\n", rec)
+        kind = doc.action
+        if kind is None and not doc.delete:
+            if self._plain and doc.routing is None and doc.source is not None:
+                prefixes = self._prefixes.get(index)
+                if prefixes is None:
+                    prefixes = self._prefixes[index] = self._line_prefixes(index)
+                body = _dumps(doc.source)
+                if doc_id is None:
+                    return Action(None, prefixes[1] + body + b"\n", rec)
+                return Action(doc_id, prefixes[0] + _dumps(doc_id) + b"}}\n" + body + b"\n", rec)
+            write: _Write | None = self._default
+        elif doc.delete or kind == DELETE:
+            if kind is not None and kind != DELETE:
+                msg = f"the document is marked both delete=True and action={kind!r}"
+                raise ActionError(msg)
+            write = None
+        else:
+            write = self._writes.get(kind) if isinstance(kind, str) else None
+            if write is None:
+                write = self._per_record(kind)
+            self._check_per_record(write, doc_id)
         meta: dict[str, Any] = {"_index": index}
         if doc_id is not None:
             meta["_id"] = doc_id
         routing = doc.routing if doc.routing is not None else self._derive_routing(doc)
         if routing is not None:
             meta["routing"] = routing
-        if self._pipeline and not doc.delete:
-            meta["pipeline"] = self._pipeline
-        if self._retry_on_conflict and not doc.delete:
-            meta["retry_on_conflict"] = self._retry_on_conflict
-        if self._version_offset:
-            meta["version"] = rec.offset
-            meta["version_type"] = "external"
-        elif self._version_header is not None:
-            meta["version"] = self._header_version(rec)
-            meta["version_type"] = "external"
-        if doc.delete:
+        if write is None:
             if doc_id is None:
                 msg = "a delete needs a document id"
                 raise ActionError(msg)
+            if self._data_stream:
+                msg = "data streams accept only create, not deletes (ES_DATA_STREAM=true)"
+                raise ActionError(msg)
+            self._version(meta, rec)
             return Action(doc_id, _dumps({"delete": meta}) + b"\n", rec)
+        if self._pipeline:
+            meta["pipeline"] = self._pipeline
+        if write.retry_on_conflict:
+            meta["retry_on_conflict"] = write.retry_on_conflict
+        if write.method.allows_external_version:
+            self._version(meta, rec)
         source = doc.source
         if source is None:
             msg = "the document is empty (no source) and is not a delete"
             raise ActionError(msg)
         if self._data_stream and "@timestamp" not in source:
             source["@timestamp"] = self._timestamp(doc)
-        if self._wrap is not None:
-            source = self._wrap(source)
         body = _dumps(source)
-        return Action(doc_id, _dumps({self._op: meta}) + b"\n" + body + b"\n", rec)
+        if write.encode is not None:
+            body = write.encode(body)
+        return Action(doc_id, _dumps({write.op: meta}) + b"\n" + body + b"\n", rec)
 
     def index_for(self, rec: Record) -> str:
-        """The configured index for a record: ES_INDEX_MAP for its topic, else ES_INDEX."""
+        """The configured index for a record: ES_INDEX_MAP for its topic, else ES_INDEX.
+        Raises InvalidIndexName for a name Elasticsearch or ES_INDEX_ALLOW refuses."""
         name = self._topic_index.get(rec.topic)
         if name is not None:
             return name
         pattern = self._index_map.get(rec.topic, self._default_index)
         name = pattern.render(rec.topic, rec.timestamp)
+        why = self._names.get(name)
+        if why is None:
+            why = self._judge(name)
+        if why:
+            raise InvalidIndexName(why)
         if not pattern.has_date:  # the same for every record of this topic
             self._topic_index[rec.topic] = name
         return name
+
+    def _judge(self, name: str) -> str:
+        """Why `name` is refused ("" when it is fine), remembered for the next record."""
+        why = index_names.problem(name) or ""
+        allow = self._allow
+        if not why and allow is not None and allow.fullmatch(name) is None:
+            why = f"index name {name[:80]!r} does not match ES_INDEX_ALLOW ({allow.pattern})"
+        if len(self._names) >= NAME_CACHE_LIMIT:
+            self._names.clear()
+        self._names[name] = why
+        return why
+
+    def _write(self, method: WriteMethod) -> _Write:
+        write = self._writes[method.name] = _Write(
+            method,
+            method.op,
+            None if method.body is None else method.body(self._updates),
+            self._retry_on_conflict if method.retries_conflicts else 0,
+        )
+        return write
+
+    def _per_record(self, kind: object) -> _Write:
+        """The write method a transform chose for one record (`Doc.action`), compiled once."""
+        method = WRITE_METHODS.get(kind) if isinstance(kind, str) else None
+        if method is None or not isinstance(kind, str):
+            msg = f"unknown action {kind!r} (expected one of {', '.join(ACTIONS)})"
+            raise ActionError(msg)
+        if method.needs_script and self._updates.script is None:
+            msg = f"action {kind!r} needs a script: set ES_SCRIPT_ID or ES_SCRIPT_SOURCE"
+            raise ActionError(msg)
+        return self._write(method)
+
+    def _check_per_record(self, write: _Write, doc_id: str | None) -> None:
+        method = write.method
+        if method.needs_id and doc_id is None:
+            msg = f"action {method.name!r} needs a document id (DOC_ID is none)"
+            raise ActionError(msg)
+        if self._data_stream and not method.allows_data_stream:
+            msg = f"data streams accept only create, not {method.name!r} (ES_DATA_STREAM=true)"
+            raise ActionError(msg)
+        if not method.allows_external_version and (
+            self._version_offset or self._version_header is not None
+        ):
+            msg = f"Elasticsearch does not version {method.name!r} writes (VERSION is set)"
+            raise ActionError(msg)
+
+    def _version(self, meta: dict[str, Any], rec: Record) -> None:
+        if self._version_offset:
+            meta["version"] = rec.offset
+            meta["version_type"] = "external"
+        elif self._version_header is not None:
+            meta["version"] = self._header_version(rec)
+            meta["version_type"] = "external"
 
     def _line_prefixes(self, index: str) -> tuple[bytes, bytes]:
         """Action-line bytes for `index`: (with `_id` still to append, without `_id`)."""

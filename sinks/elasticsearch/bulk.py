@@ -2,9 +2,13 @@
 done, retry, rejected (a dead letter) or a configuration error that stops the flow.
 
 Done: 2xx; 409 when a conflict means the document is already there (external versioning,
-or a write method whose conflicts are done, see `write_methods`); 404 for a delete
-(counted apart). Retried under ES_RETRY_BUDGET_S: 429s, including the flood-stage block;
-and for the whole request, connection errors, timeouts, 429 and 5xx. Retried at most
+or a `create`, see `write_methods`); 404 for a delete (counted apart); 404
+`document_missing_exception` for an update under ON_MISSING_DOCUMENT=ignore (counted
+apart; under `dlq` it is a dead letter saying the document is missing). A script the node
+cannot run at all (no such stored script, a language it lacks) stops the flow: every
+record would fail the same way. Retried under
+ES_RETRY_BUDGET_S: 429s, including the flood-stage block; and for the whole request,
+connection errors, timeouts, 429 and 5xx. Retried at most
 ES_ITEM_RETRY_MAX times: other 5xx and retryable types (rejected execution, circuit
 breaking, unavailable shards). A configuration error: 401/403 `security_exception`,
 `index_not_found_exception`. Rejected for good: a 403 block, other 4xx. A 413 (or a 429
@@ -31,6 +35,8 @@ from elasticsearch import ApiError, Elasticsearch
 from sinks import metrics
 from sinks.backoff import Retries
 from sinks.elasticsearch.client import credentials_hint, error_reason, refused
+from sinks.elasticsearch.config import DocumentConfig
+from sinks.elasticsearch.write_methods import CONFLICT_DONE_OPS, WRITE_METHODS
 from sinks.errors import ConfigError
 from sinks.model import Action, DeadLetter
 
@@ -83,6 +89,26 @@ def send(client: Elasticsearch, actions: list[Action]) -> Mapping[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class Rules:
+    """What the documents' configuration says some answers mean."""
+
+    conflict_done: frozenset[str] = CONFLICT_DONE_OPS
+    """Operations whose 409 means the index already holds the document: done."""
+    missing_ignored: bool = False
+    """ON_MISSING_DOCUMENT=ignore: an update's 404 document_missing_exception is done."""
+
+    @classmethod
+    def of(cls, docs: DocumentConfig) -> Rules:
+        done = set(CONFLICT_DONE_OPS)
+        method = WRITE_METHODS.get(docs.write_method)
+        if method is not None and method.conflict_is_done:
+            done.add(method.op)
+        if docs.external_versioning:  # an older record replayed after a newer one
+            done.update(("index", "create", "delete"))
+        return cls(frozenset(done), docs.updates.on_missing == "ignore")
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """What one attempt means for the actions it sent (positions in the request)."""
 
@@ -101,6 +127,8 @@ class Verdict:
     """Answered 2xx (all of them when `all_written`)."""
     not_found: tuple[int, ...] = ()
     """Deletes answered 404: done, but nothing was deleted."""
+    missing: tuple[int, ...] = ()
+    """Updates of a missing document under ON_MISSING_DOCUMENT=ignore: done, nothing written."""
     too_large: str | None = None
     """The request must be split (HTTP 413, or over the node's indexing-pressure limit)."""
     stop: ConfigError | None = None
@@ -116,7 +144,7 @@ class Call:
     """What one write of a chunk learns across its attempts and 413 splits: one account,
     so every failed record is dead-lettered once (review F2)."""
 
-    __slots__ = ("last_warning", "not_found", "rejected", "retries", "tries")
+    __slots__ = ("last_warning", "missing", "not_found", "rejected", "retries", "tries")
 
     def __init__(self, retries: Retries) -> None:
         self.retries = retries
@@ -127,6 +155,8 @@ class Call:
         """id(action) → retries so far for errors bounded by ES_ITEM_RETRY_MAX."""
         self.not_found: set[int] = set()
         """id(action) of deletes Elasticsearch last answered 404."""
+        self.missing: set[int] = set()
+        """id(action) of updates ignored as their document is missing (counted once)."""
 
     def record(self, pending: list[Action], verdict: Verdict) -> None:
         """Apply `verdict` (of an attempt that sent `pending`) to the account and metrics."""
@@ -140,6 +170,10 @@ class Call:
             self.not_found.discard(id(pending[i]))
         for i in verdict.not_found:
             self.not_found.add(id(pending[i]))
+        if verdict.missing:
+            before = len(self.missing)
+            self.missing.update(id(pending[i]) for i in verdict.missing)
+            metrics.UPDATES_MISSING.inc(len(self.missing) - before)
         for i in verdict.counted:
             key = id(pending[i])
             self.tries[key] = self.tries.get(key, 0) + 1
@@ -182,7 +216,7 @@ def classify(
     answer: Mapping[str, Any],
     call: Call,
     *,
-    conflict_is_done: bool,
+    rules: Rules,
     item_retry_max: int,
 ) -> Verdict:
     """What the `_bulk` `answer` to `pending` means, item by item (see the module docstring).
@@ -199,6 +233,7 @@ def classify(
     rejected: dict[int, DeadLetter] = {}
     written: list[int] = []
     not_found: list[int] = []
+    missing: list[int] = []
     retried: Counter[str] = Counter()
     alone = len(pending) == 1  # then the request's bytes are this action's
     for i, (action, item) in enumerate(zip(pending, answer["items"], strict=True)):
@@ -209,12 +244,19 @@ def classify(
             continue
         error = result.get("error") or {}
         etype = error.get("type", "") if isinstance(error, dict) else str(error)
-        if status == 409 and conflict_is_done:
+        if status == 409 and op in rules.conflict_done:
             continue
         if status == 404 and op == "delete":
             not_found.append(i)  # done, but counted: nothing was deleted
             continue
+        if etype == "document_missing_exception" and rules.missing_ignored:
+            missing.append(i)  # ON_MISSING_DOCUMENT=ignore: done, counted
+            continue
         reason = error.get("reason", "") if isinstance(error, dict) else ""
+        if etype == "illegal_argument_exception" and op == "update":
+            stop = _script_refused(error)
+            if stop is not None:
+                return Verdict(stop=stop, retried=tuple(retried.items()))
         if etype == "index_not_found_exception" or (
             etype == "security_exception" and status in (401, 403)
         ):
@@ -263,6 +305,7 @@ def classify(
         rejected=tuple(rejected.items()),
         written=tuple(written),
         not_found=tuple(not_found),
+        missing=tuple(missing),
         retried=tuple(retried.items()),
     )
 
@@ -325,6 +368,26 @@ def _misconfigured(action: Action, status: int, etype: str, reason: str) -> Conf
         f"ES_HOSTS: Elasticsearch refused writes to index {index} with HTTP {status}: "
         f"{etype}: {reason} ({credentials_hint(401 if status == 401 else 403)})"
     )
+
+
+def _script_refused(error: Mapping[str, Any]) -> ConfigError | None:
+    """The configured script cannot run on this node for any record (None: it ran, or
+    failed for this record only)."""
+    caused = error.get("caused_by")
+    if not isinstance(caused, dict):
+        return None
+    reason = str(caused.get("reason", ""))[:300]
+    if caused.get("type") == "resource_not_found_exception" and "script" in reason:
+        return ConfigError(
+            f"ES_SCRIPT_ID: Elasticsearch cannot run the stored script ({reason}); store it "
+            "(PUT _scripts/<id>) or correct ES_SCRIPT_ID"
+        )
+    if reason.startswith("script_lang not supported"):
+        return ConfigError(
+            f"ES_SCRIPT_LANG: Elasticsearch cannot run the script ({reason}): the node lacks "
+            "that language's module (Painless: lang-painless)"
+        )
+    return None
 
 
 _PRESSURE = re.compile(r"(coordinating|primary)_operation_bytes=(\d+).*?max_\w*?bytes=(\d+)")

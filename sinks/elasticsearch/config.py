@@ -7,12 +7,13 @@ connection, see `client.shared_client`) are cached per config object.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sinks.dead_letter.config import DeadLetterConfig, ErrorTolerance
-from sinks.elasticsearch.write_methods import WRITE_METHODS, WriteMethod
+from sinks.elasticsearch.write_methods import WRITE_METHODS, Updates, WriteMethod
 from sinks.model import FieldPath
 from sinks.secrets import Secret
 
@@ -64,6 +65,10 @@ class DocumentConfig:
     data_stream: bool
     timestamp_field: FieldPath | None
     """ES_TIMESTAMP_FIELD: the data stream's @timestamp (else the record timestamp)."""
+    updates: Updates
+    """ON_MISSING_DOCUMENT and the script, for the update-based write methods."""
+    index_allow: re.Pattern[str] | None
+    """ES_INDEX_ALLOW: every index name a record produces must match it whole."""
 
     @property
     def method(self) -> WriteMethod:

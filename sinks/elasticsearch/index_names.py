@@ -1,4 +1,6 @@
-"""Index name patterns: `{topic}` and date patterns such as `logs-{yyyy.MM.dd}`.
+"""Index name patterns: `{topic}` and date patterns such as `logs-{yyyy.MM.dd}`; and
+Elasticsearch's rules for index names (`problem`), which every name a record produces is
+held to before it reaches a request.
 
 (Not an Elasticsearch *index template*: that is ES_INDEX_TEMPLATE_FILE, `bootstrap`.)
 
@@ -14,6 +16,31 @@ import time
 _FIELD = re.compile(r"\{([^{}]*)\}")
 _DATE_TOKEN = re.compile(r"yyyy|yy|MM|dd|HH")
 _STRFTIME = {"yyyy": "%Y", "yy": "%y", "MM": "%m", "dd": "%d", "HH": "%H"}
+
+MAX_INDEX_BYTES = 255
+_FORBIDDEN = re.compile(r'[\\/*?"<>|,# :]')
+"""What Elasticsearch refuses in an index name (`:` too: it separates a remote cluster)."""
+
+
+def problem(name: str) -> str | None:
+    """Why Elasticsearch would refuse `name` as an index name, or None when it is valid:
+    lower case, none of `\\ / * ? " < > | , # :` or space, not starting with `-`, `_` or
+    `+`, not `.` or `..`, 1 to 255 bytes (UTF-8)."""
+    if not name:
+        return "an index name must not be empty"
+    bad = _FORBIDDEN.search(name)
+    if bad is not None:
+        return f"index name {name[:80]!r} contains {bad.group(0)!r}"
+    if name[0] in "-_+":
+        return f"index name {name[:80]!r} must not start with {name[0]!r}"
+    if name in (".", ".."):
+        return f"index name {name!r} is not allowed"
+    if name.lower() != name:
+        return f"index name {name[:80]!r} must be lower case"
+    long = len(name) > MAX_INDEX_BYTES // 4  # then count its bytes
+    if long and len(name.encode("utf-8", "surrogatepass")) > MAX_INDEX_BYTES:
+        return f"index name {name[:40]!r}... is longer than {MAX_INDEX_BYTES} bytes"
+    return None
 
 
 class IndexName:

@@ -105,8 +105,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         self._clock = clock
         self._rand = rand
         self._policy = ErrorPolicy(config.tolerance, f"sink partition {name}")
-        docs = config.documents
-        self._conflict_is_done = docs.external_versioning or docs.method.conflict_is_done
+        self._rules = bulk.Rules.of(config.documents)
         retry = config.retry
         self._item_retry_max = retry.item_retry_max
         self._budget_s = retry.budget_s
@@ -371,7 +370,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
                 pending,
                 answer,
                 call,
-                conflict_is_done=self._conflict_is_done,
+                rules=self._rules,
                 item_retry_max=self._item_retry_max,
             )
         call.record(pending, verdict)

@@ -1,15 +1,39 @@
 """The write methods (WRITE_METHOD): the one list, read by the configuration checks, the
-action encoding (`actions.ActionBuilder`) and the classification of `_bulk` answers
-(`bulk.classify`). A new write method is one entry here, plus its tests.
+action encoding (`actions.ActionBuilder`), the per-record actions a transform may choose
+(`Doc.action`) and the classification of `_bulk` answers (`bulk.classify`). A new write
+method is one entry here, plus its tests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
-Body = dict[str, Any]
+import orjson
+
+Encode = Callable[[bytes], bytes]
+"""The request body made from the document's JSON bytes."""
+
+ON_MISSING = ("dlq", "ignore", "upsert")
+"""ON_MISSING_DOCUMENT: what an update does when the document does not exist."""
+
+DELETE = "delete"
+"""The per-record action that is no write method (`Doc.action`, or `Doc.delete=True`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Updates:
+    """What the update-based methods need besides the document: ON_MISSING_DOCUMENT and
+    the script (ES_SCRIPT_ID, or ES_SCRIPT_SOURCE + ES_SCRIPT_LANG; ES_SCRIPTED_UPSERT)."""
+
+    on_missing: str = "dlq"
+    """`dlq` (a 404 document_missing_exception is a dead letter), `ignore` (done, counted)
+    or `upsert` (the update creates the document)."""
+    script: Mapping[str, str] | None = field(default=None)
+    """`{"id": ...}` or `{"source": ..., "lang": ...}`; the document goes in `params.doc`."""
+    scripted_upsert: bool = False
+    """A missing document is created by running the script on `{}` (not by inserting the
+    document as it is)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,29 +41,57 @@ class WriteMethod:
     """One way to write a document with `_bulk`."""
 
     name: str
-    """The WRITE_METHOD value."""
+    """The WRITE_METHOD value, and the `Doc.action` that chooses it for one record."""
     op: str
     """The `_bulk` operation of its action line."""
     doc: str
     """One line for the README."""
-    wrap: Callable[[Body], Body] | None = None
-    """The request body made from the document (None: the document itself)."""
+    body: Callable[[Updates], Encode] | None = None
+    """Compiles, once, the encoder of its request body (None: the document itself)."""
     conflict_is_done: bool = False
     """A 409 means the index already holds this document: done, not a failure."""
     needs_id: bool = False
-    """Refused at start with DOC_ID=none."""
+    """Refused at start with DOC_ID=none (an update must name its document)."""
     allows_external_version: bool = False
     """VERSION=offset|header:<name> (`version_type=external`) is allowed with it."""
     allows_data_stream: bool = False
     """ES_DATA_STREAM=true is allowed with it (data streams only append)."""
     retries_conflicts: bool = False
     """Its action line carries `retry_on_conflict` (ES_RETRY_ON_CONFLICT)."""
+    on_missing: bool = False
+    """A missing document is handled per ON_MISSING_DOCUMENT."""
+    needs_script: bool = False
+    """Runs the configured script (ES_SCRIPT_ID or ES_SCRIPT_SOURCE)."""
 
 
-def _as_upsert(source: Body) -> Body:
-    return {"doc": source, "doc_as_upsert": True}
+def _as_upsert(_: Updates) -> Encode:
+    return lambda source: b'{"doc":' + source + b',"doc_as_upsert":true}'
 
 
+def _partial(updates: Updates) -> Encode:
+    if updates.on_missing == "upsert":
+        return _as_upsert(updates)
+    return lambda source: b'{"doc":' + source + b"}"
+
+
+def _scripted(updates: Updates) -> Encode:
+    if updates.script is None:
+        msg = "WRITE_METHOD=script needs ES_SCRIPT_ID or ES_SCRIPT_SOURCE"
+        raise ValueError(msg)
+    # {"script":{<id or source, lang>,"params":{"doc":<document>}}<upsert>}
+    head = b'{"script":' + orjson.dumps(dict(updates.script))[:-1] + b',"params":{"doc":'
+    if updates.scripted_upsert:
+        tail = b'}},"scripted_upsert":true,"upsert":{}}'
+    elif updates.on_missing == "upsert":
+        return lambda source: head + source + b'}},"upsert":' + source + b"}"
+    else:
+        tail = b"}}}"
+    return lambda source: head + source + tail
+
+
+# A partial update reads, merges and writes; another writer in between (a second
+# deployment, a script) makes it a 409 that re-running the update fixes: the update-based
+# methods all retry conflicts.
 WRITE_METHODS: dict[str, WriteMethod] = {
     m.name: m
     for m in (
@@ -60,15 +112,40 @@ WRITE_METHODS: dict[str, WriteMethod] = {
             "upsert",
             op="update",
             doc="merge into the existing document, or create it (doc_as_upsert)",
-            wrap=_as_upsert,
+            body=_as_upsert,
             needs_id=True,
-            # A partial update reads, merges and writes; another writer in between (a
-            # second deployment, a script) makes it a 409 that re-running the update fixes.
             retries_conflicts=True,
+        ),
+        WriteMethod(
+            "update",
+            op="update",
+            doc="merge into the existing document (partial `doc`); a missing one per "
+            "ON_MISSING_DOCUMENT",
+            body=_partial,
+            needs_id=True,
+            retries_conflicts=True,
+            on_missing=True,
+        ),
+        WriteMethod(
+            "script",
+            op="update",
+            doc="run ES_SCRIPT_ID or ES_SCRIPT_SOURCE on the document, the record's "
+            "document as `params.doc`; a missing one per ON_MISSING_DOCUMENT",
+            body=_scripted,
+            needs_id=True,
+            retries_conflicts=True,
+            on_missing=True,
+            needs_script=True,
         ),
     )
 }
 """WRITE_METHOD value → its method, in the order the README lists them."""
 
+ACTIONS = (*WRITE_METHODS, DELETE)
+"""What `Doc.action` may hold: a write method for this record alone, or `delete`."""
+
 DATA_STREAM_METHOD = next(m.name for m in WRITE_METHODS.values() if m.allows_data_stream)
 """The write method ES_DATA_STREAM=true implies when WRITE_METHOD is not set."""
+
+CONFLICT_DONE_OPS = frozenset(m.op for m in WRITE_METHODS.values() if m.conflict_is_done)
+"""`_bulk` operations whose 409 always means the document is there (`create`)."""

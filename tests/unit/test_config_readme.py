@@ -125,7 +125,7 @@ def test_json_schema_describes_the_yaml_file() -> None:
     assert schema["additionalProperties"] is False
     assert props["bulk_max_actions"]["minimum"] == 1
     assert props["bulk_max_actions"]["default"] == 5000
-    assert props["write_method"]["enum"] == ["index", "create", "upsert"]
+    assert props["write_method"]["enum"] == ["index", "create", "upsert", "update", "script"]
     assert props["es_password"]["anyOf"][0]["writeOnly"] is True
     assert "es_index_template" not in props  # read from the file, not a setting
     assert set(props) == {str(n).lower() for _, f in groups() for n in f}

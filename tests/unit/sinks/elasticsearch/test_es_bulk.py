@@ -13,6 +13,8 @@ from elastic_transport import ApiResponseMeta, ConnectionTimeout, HttpHeaders, N
 from elastic_transport import ConnectionError as TransportConnectionError
 from elasticsearch import ApiError
 
+from flows import sink_config
+from flows.config import Settings
 from sinks.backoff import Backoff
 from sinks.elasticsearch import bulk
 from sinks.errors import ConfigError
@@ -42,8 +44,14 @@ def call() -> bulk.Call:
 def classify(
     pending: list[Action], answer: dict[str, Any], c: bulk.Call | None = None, **kw: Any
 ) -> bulk.Verdict:
-    opts = {"conflict_is_done": False, "item_retry_max": 10, **kw}
+    opts = {"rules": rules(), "item_retry_max": 10, **kw}
     return bulk.classify(pending, answer, c or call(), **opts)
+
+
+def rules(**env: str) -> bulk.Rules:
+    """What the documents' settings (KAFKA_TOPICS=t plus `env`) make of answers."""
+    settings = Settings.load({"KAFKA_TOPICS": "t", **env})
+    return bulk.Rules.of(sink_config.documents(settings))
 
 
 # The requests the recorded answers answer, in order (see the recording's `_about`).
@@ -69,7 +77,7 @@ def test_recorded_all_written_answer_is_done() -> None:
 
 
 def test_recorded_mixed_answer_item_by_item() -> None:
-    v = classify(MIXED, RECORDED["mixed"]["answer"])
+    v = classify(MIXED, RECORDED["mixed"]["answer"], rules=bulk.Rules(frozenset()))
     assert v.retry == () and v.stop is None and v.too_large is None
     assert v.written == (0, 7)
     assert v.not_found == (3,)
@@ -86,8 +94,11 @@ def test_recorded_mixed_answer_item_by_item() -> None:
 
 
 def test_recorded_conflicts_are_done_when_a_conflict_means_the_document_is_there() -> None:
-    """create (a write method whose 409 is done) and external versioning."""
-    v = classify(MIXED, RECORDED["mixed"]["answer"], conflict_is_done=True)
+    """A create's 409 (whatever WRITE_METHOD: a transform may choose create for one
+    record), and every write's under external versioning."""
+    v = classify(MIXED, RECORDED["mixed"]["answer"])
+    assert sorted(dict(v.rejected)) == [1, 4, 5, 6]  # the index 409s are failures
+    v = classify(MIXED, RECORDED["mixed"]["answer"], rules=rules(VERSION="offset"))
     assert sorted(dict(v.rejected)) == [1, 6]
     assert v.written == (0, 7) and v.not_found == (3,)
 
@@ -193,11 +204,11 @@ def test_recording_a_verdict_keeps_one_account() -> None:
     c = call()
     v = classify(pending, RECORDED["mixed"]["answer"], c)
     c.record(pending, v)
-    assert set(c.rejected) == {id(pending[i]) for i in (1, 2, 4, 5, 6)}
+    assert set(c.rejected) == {id(pending[i]) for i in (1, 4, 5, 6)}
     assert c.not_found == {id(pending[3])}
     c.record(pending, bulk.DONE)  # a later answer wrote them all: the delete found it
     assert c.not_found == set()
-    assert list(c.failed_records(pending)) == [id(pending[i].record) for i in (1, 2, 4, 5, 6)]
+    assert list(c.failed_records(pending)) == [id(pending[i].record) for i in (1, 4, 5, 6)]
 
 
 # ----------------------------------------------------------- whole-request failures

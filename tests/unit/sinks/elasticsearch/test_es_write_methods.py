@@ -10,23 +10,38 @@ import pytest
 
 from flows import sink_config
 from flows.config import Settings
+from sinks.elasticsearch import bulk
 from sinks.elasticsearch.actions import ActionBuilder
-from sinks.elasticsearch.write_methods import DATA_STREAM_METHOD, WRITE_METHODS, WriteMethod
+from sinks.elasticsearch.write_methods import (
+    ACTIONS,
+    CONFLICT_DONE_OPS,
+    DATA_STREAM_METHOD,
+    WRITE_METHODS,
+    Updates,
+    WriteMethod,
+)
 from sinks.model import Doc, Record
 
 REC = Record("orders", 0, 5, 1_714_564_800_123, b"k", b"{}")
 
 
 def test_the_built_in_methods() -> None:
-    assert list(WRITE_METHODS) == ["index", "create", "upsert"]
-    index, create, upsert = WRITE_METHODS.values()
-    assert (index.op, create.op, upsert.op) == ("index", "create", "update")
+    assert list(WRITE_METHODS) == ["index", "create", "upsert", "update", "script"]
+    assert ACTIONS == ("index", "create", "upsert", "update", "script", "delete")
+    ops = [m.op for m in WRITE_METHODS.values()]
+    assert ops == ["index", "create", "update", "update", "update"]
     assert [m.name for m in WRITE_METHODS.values() if m.conflict_is_done] == ["create"]
-    assert [m.name for m in WRITE_METHODS.values() if m.needs_id] == ["upsert"]
+    assert {"create"} == CONFLICT_DONE_OPS
+    updates = ["upsert", "update", "script"]
+    assert [m.name for m in WRITE_METHODS.values() if m.needs_id] == updates
     assert [m.name for m in WRITE_METHODS.values() if m.allows_external_version] == ["index"]
-    assert [m.name for m in WRITE_METHODS.values() if m.retries_conflicts] == ["upsert"]
+    assert [m.name for m in WRITE_METHODS.values() if m.retries_conflicts] == updates
+    assert [m.name for m in WRITE_METHODS.values() if m.on_missing] == ["update", "script"]
+    assert [m.name for m in WRITE_METHODS.values() if m.needs_script] == ["script"]
     assert DATA_STREAM_METHOD == "create"
-    assert upsert.wrap is not None and upsert.wrap({"a": 1}) == {
+    upsert = WRITE_METHODS["upsert"]
+    assert upsert.body is not None
+    assert orjson.loads(upsert.body(Updates())(b'{"a":1}')) == {
         "doc": {"a": 1},
         "doc_as_upsert": True,
     }
@@ -42,7 +57,11 @@ def encode(method: str) -> list[dict[str, object]]:
 
 def test_a_new_method_is_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     wrapped = WriteMethod(
-        "wrapped", op="index", doc="test", wrap=lambda src: {"body": src}, conflict_is_done=True
+        "wrapped",
+        op="index",
+        doc="test",
+        body=lambda _: lambda src: b'{"body":' + src + b"}",
+        conflict_is_done=True,
     )
     monkeypatch.setitem(WRITE_METHODS, "wrapped", wrapped)
     line, body = encode("wrapped")
@@ -50,11 +69,13 @@ def test_a_new_method_is_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     assert body == {"body": {"a": 1}}
     settings = Settings.load({"KAFKA_TOPICS": "orders"})
     docs = dataclasses.replace(sink_config.documents(settings), write_method="wrapped")
-    assert docs.method is wrapped  # what the bulk classification reads for a 409
+    assert docs.method is wrapped
+    assert "index" in bulk.Rules.of(docs).conflict_done  # its 409s are done
 
 
 @pytest.mark.parametrize(
-    ("method", "op"), [("index", "index"), ("create", "create"), ("upsert", "update")]
+    ("method", "op"),
+    [("index", "index"), ("create", "create"), ("upsert", "update"), ("update", "update")],
 )
 def test_builtin_methods_encode_their_operation(method: str, op: str) -> None:
     (meta,) = encode(method)[0]
