@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from . import es_secure, maven
+from . import es_secure, maven, painless
 from .config import (
     ADMIN_USER,
     CACHE_DIR,
@@ -125,6 +125,8 @@ def up() -> None:
             zf.extractall(STACK_DIR)
         for script in (home / "bin").iterdir():
             script.chmod(0o755)  # zipfile drops the exec bits
+    if (home / "lib" / f"opensearch-{ES_VERSION}.jar").exists():  # scripted updates
+        painless.install(home, ES_VERSION)
     conf = ES_DIR / "conf"
     if not conf.exists():
         shutil.copytree(home / "config", conf)
