@@ -1,9 +1,11 @@
 """`scripts/bench`: its flags and the order of a run (docs/benchmarks.md describes the method).
 
-One dataset (keyed JSON over 8 partitions) is produced once; then each system drains it on its
-own (`bench.throughput`), then each runs again on live records at one rate (`bench.latency`);
-`bench.report` prints and writes the figures. `--memory` and `--profile` run flow-1w alone
-(`bench.memory`, `bench.profiling`).
+For each variant of `--variants` (bench.variants; default `small`, or `--doc-size`), one
+dataset is produced once; then each of the variant's systems drains it on its own
+(`bench.throughput`), then, for `small` and `large`, each runs again on live records at one
+rate (`bench.latency`); `bench.report` prints and writes the figures of every variant
+together. `--memory` and `--profile` run flow-1w alone on one variant (`bench.memory`,
+`bench.profiling`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,18 @@ from bench import latency, throughput
 from bench.memory import memory_mode
 from bench.procs import ServerCpu, kill_all
 from bench.profiling import profile_mode
-from bench.report import Row, head_commit, plot, print_table, write_json
-from bench.services import PARTITIONS, Services, ceiling_body_bytes, produce_dataset
+from bench.report import (
+    Row,
+    add_cpu_vs_flow_1w,
+    head_commit,
+    plot,
+    print_summary,
+    print_table,
+    write_json,
+)
+from bench.services import Services
 from bench.systems import SYSTEMS, Ctx, log, snapshot_sources, tools_python
+from bench.variants import VARIANTS, Variant, prepare
 
 __all__ = ["main", "parse"]
 
@@ -36,11 +47,27 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--records", type=int, help="dataset size (default 1,000,000; --quick 20,000)")
     p.add_argument("--doc-size", choices=["small", "large"], default="small",
-                   help="~200 bytes or ~2 KB of JSON per record")  # fmt: skip
+                   help="~200 bytes or ~2 KB of JSON per record (the variant when "
+                   "--variants is not given)")  # fmt: skip
+    p.add_argument(
+        "--variants",
+        help="comma-separated, run one after another, each with its own ceiling: "
+        f"{', '.join(VARIANTS)} (default: --doc-size)",
+    )
+    p.add_argument(
+        "--large-records",
+        type=int,
+        help="records of the large variant (default: --records / 5 beside other variants, "
+        "else --records)",
+    )
     p.add_argument("--quick", action="store_true", help="a short smoke run (< 2 minutes)")
     p.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
     p.add_argument("--es", default="http://127.0.0.1:9200", help="Elasticsearch URL")
-    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
+    p.add_argument(
+        "--systems",
+        help="comma-separated subset (default: every system for small and large, the "
+        "ceiling and flow-1w for the other variants; each variant runs those it can)",
+    )
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--png", type=Path, help="write a bar chart here")
     p.add_argument(
@@ -100,14 +127,31 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.lat_tail_s = args.lat_tail_s if args.lat_tail_s is not None else (1.0 if q else 5.0)
     if args.epoch_s is None and q:
         args.epoch_s = 1
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    names = [v.strip() for v in (args.variants or args.doc_size).split(",") if v.strip()]
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown or not names:
+        p.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
+    args.variants = [VARIANTS[v] for v in dict.fromkeys(names)]
+    if args.large_records is None:
+        args.large_records = args.records // 5 if len(args.variants) > 1 else args.records
+    args.explicit_systems = args.systems is not None
+    systems = [s.strip() for s in (args.systems or ",".join(SYSTEMS)).split(",") if s.strip()]
     unknown = [s for s in systems if s not in SYSTEMS]
     if unknown:
         p.error(f"unknown systems {unknown}; choose from {', '.join(SYSTEMS)}")
     args.systems = [s for s in SYSTEMS if s in systems]
     if args.memory or args.profile:
+        if len(args.variants) > 1:
+            p.error("--memory and --profile run one variant")
         args.systems = ["flow-1w"]
+        args.explicit_systems = True
     return args
+
+
+def variant_systems(args: argparse.Namespace, v: Variant) -> tuple[str, ...]:
+    """The systems `v` runs: --systems (if given) among those it can, else its default."""
+    chosen = args.systems if args.explicit_systems else v.default_systems
+    return tuple(s for s in SYSTEMS if s in chosen and s in v.systems)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,47 +166,72 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # never fail a run for a figure that is only explanatory
         log(f"server processes: not measured ({e})")
     work = Path(tempfile.mkdtemp(prefix="es-sink-bench-"))
-    variant, n = args.doc_size, args.records
     started = time.monotonic()
+    plan = [(v, variant_systems(args, v)) for v in args.variants]
     try:
-        tools = tools_python(args) if ("quix" in args.systems or args.profile) else None
+        need_tools = args.profile or any("quix" in systems for _, systems in plan)
+        tools = tools_python(args) if need_tools else None
         commit = head_commit()
         snapshot_sources(work)
         log(f"run {run_id}: flows/, sinks/, bench/ copied at commit {commit}")
-        topic = svc.name(f"{variant}-data")
-        svc.create_topic(topic)
-        log(f"producing {n:,} {variant} records to {topic} ({PARTITIONS} partitions) ...")
-        bodies = work / "ceiling.ndjson"
-        body_bytes = ceiling_body_bytes(variant, n, args.threads)
-        with_bodies = "ceiling" in args.systems
-        secs = produce_dataset(svc, topic, variant, n, bodies, body_bytes, with_bodies)
-        mib = bodies.stat().st_size / 2**20 if with_bodies else 0
-        log(f"produced in {secs:.1f}s ({n / secs:,.0f}/s); ceiling bodies {mib:,.0f} MiB")
-        ctx = Ctx(svc, args, work, variant, n, topic, bodies, tools, servers)
-
-        if args.memory:
-            return memory_mode(ctx)
-        if args.profile:
-            return profile_mode(ctx)
-
-        rows, failed = throughput.run_all(ctx)
-        svc.delete_topic(topic)
-        rate: float | None = None
-        if not args.no_latency:
-            rate, lat_failed = latency.run_all(ctx, rows)
-            failed = failed or lat_failed
-        throughput.add_ratios(rows)
+        rows: list[Row] = []
+        rates: dict[str, float | None] = {}
+        failed = False
+        for v, systems in plan:
+            n = args.large_records if v.name == "large" else args.records
+            if not systems:
+                log(f"{v.name}: none of --systems can run it; skipped")
+                continue
+            topic = svc.name(f"{v.name}-data")
+            log(f"{v.name}: producing {n:,} records to {topic} ({v.partitions} partitions) ...")
+            bodies = work / f"ceiling-{v.name}.ndjson"
+            prep = prepare(v, svc, work, topic, n, args.threads, "ceiling" in systems)
+            try:
+                mib = bodies.stat().st_size / 2**20 if bodies.exists() else 0
+                log(
+                    f"{v.name}: produced in {prep.seconds:.1f}s ({n / prep.seconds:,.0f}/s); "
+                    f"{prep.docs:,} documents to index, {prep.dead_letters:,} to dead-letter; "
+                    f"ceiling bodies {mib:,.0f} MiB; systems {', '.join(systems)}"
+                )
+                ctx = Ctx(
+                    svc, args, work, v.name, n, topic, bodies, tools, servers,
+                    doc_size=v.doc_size, docs=prep.docs, systems=systems,
+                    flow_env=prep.flow_env, mappings=prep.mappings,
+                    dead_letters=prep.dead_letters,
+                )  # fmt: skip
+                if args.memory:
+                    return memory_mode(ctx)
+                if args.profile:
+                    return profile_mode(ctx)
+                vrows, vfailed = throughput.run_all(ctx)
+                svc.delete_topic(topic)
+                rates[v.name] = None
+                if v.latency and not args.no_latency:
+                    rate, lat_failed = latency.run_all(ctx, vrows)
+                    rates[v.name] = rate
+                    vfailed = vfailed or lat_failed
+                throughput.add_ratios(vrows)
+            finally:
+                prep.close()
+                bodies.unlink(missing_ok=True)
+                Path(f"{bodies}.json").unlink(missing_ok=True)
+            rows += vrows
+            failed = failed or vfailed
+        add_cpu_vs_flow_1w(rows)
         print()
-        print(f"{n:,} {variant} records, {PARTITIONS} partitions; run {run_id}; "
-              f"code of commit {commit}; "
+        ran = [(v, args.large_records if v.name == "large" else args.records) for v, s in plan if s]
+        what = "; ".join(f"{n:,} {v.name} records, {v.partitions} partitions" for v, n in ran)
+        print(f"{what}; run {run_id}; code of commit {commit}; "
               f"{time.monotonic() - started:.0f}s in total")  # fmt: skip
-        print_table(rows, rate)
+        print_table(rows, rates)
+        print_summary(rows)
         good: list[Row] = [r for r in rows if not r.error]
         if args.json:
             write_json(good, args.json)
         if args.png and good:
             args.png.parent.mkdir(parents=True, exist_ok=True)
-            plot(good, args.png, f"{n:,} {variant} records ({datetime.date.today()})")
+            title = "; ".join(f"{n:,} {v.name} records" for v, n in ran)
+            plot(good, args.png, f"{title} ({datetime.date.today()})")
         return 1 if failed else 0
     finally:
         kill_all()

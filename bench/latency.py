@@ -128,10 +128,15 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
     try:
         if system == "ceiling":
             cmd = [sys.executable, "-m", "bench.ceiling", "paced", "--es", svc.es_url]
-            cmd += ["--index", index, "--variant", ctx.variant, "--rate", str(rate)]
+            cmd += ["--index", index, "--variant", ctx.doc_size, "--rate", str(rate)]
             cmd += ["--seconds", str(warm + measure + tail)]
             proc = Proc(
-                system, cmd, child_env(), ctx.work, ctx.work / "lat-ceiling.log", stdout_pipe=True
+                system,
+                cmd,
+                child_env(),
+                ctx.work,
+                ctx.work / f"{ctx.variant}-lat-ceiling.log",
+                stdout_pipe=True,
             )
             procs = [proc]
             line = proc.stdout.readline().decode()
@@ -142,7 +147,7 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
             svc.create_topic(topic)
             group = svc.group(f"lat-{system}")
             procs = launch(ctx, system, topic, index, group, live=True, tag="lat")
-            producer = PacedProducer(svc.bootstrap, topic, ctx.variant, rate)
+            producer = PacedProducer(svc.bootstrap, topic, ctx.doc_size, rate)
             producer.start()
             ready_by = time.monotonic() + 120
             while svc.index_total(index) == 0:  # the first probe is indexed: the system runs
@@ -202,7 +207,7 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
         by_seq.sort()
         if args.keep_work:
             samples = [[q, round(v, 1)] for q, v in by_seq]
-            (ctx.work / f"lat-{system}.json").write_text(json.dumps(samples))
+            (ctx.work / f"{ctx.variant}-lat-{system}.json").write_text(json.dumps(samples))
         half = len(by_seq) // 2
         m1 = percentile([v for _, v in by_seq[:half]] or [0.0], 0.5)
         m2 = percentile([v for _, v in by_seq[half:]] or [0.0], 0.5)

@@ -16,12 +16,13 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-__all__ = ["Proc", "ServerCpu", "find_listener", "kill_all"]
+__all__ = ["PeakThreads", "Proc", "ServerCpu", "find_listener", "kill_all"]
 
 _LIVE: dict[int, Proc] = {}
 
@@ -110,6 +111,38 @@ class Proc:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+class PeakThreads(threading.Thread):
+    """The most threads each process had, sampled (psutil) every `every` seconds until
+    `stop()`; the kernel keeps no high-water mark of threads as it does of RSS."""
+
+    def __init__(self, procs: list[Proc], every: float = 0.2) -> None:
+        super().__init__(daemon=True, name="peak-threads")
+        self.procs, self.every = procs, every
+        self.peak: dict[str, int] = {p.name: 0 for p in procs}
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        handles = {}
+        for p in self.procs:
+            with contextlib.suppress(psutil.Error):
+                handles[p.name] = psutil.Process(p.pid)
+        while handles and not self._done.is_set():
+            for name, h in list(handles.items()):
+                try:
+                    self.peak[name] = max(self.peak[name], h.num_threads())
+                except psutil.Error:
+                    del handles[name]
+            self._done.wait(self.every)
+
+    def stop(self) -> int:
+        """Stop sampling; the highest count of any one process."""
+        self._done.set()
+        self.join(5)
+        return max(self.peak.values(), default=0)
 
 
 def kill_all() -> None:

@@ -1,7 +1,9 @@
 """The figures of a run and their outputs: the printed table, the JSON files, the charts.
 
-`--json PATH` holds exactly JSON_KEYS per system (tests/integration/test_bench_smoke.py
-pins them); the stack's CPU per record goes beside it, in PATH with `.stack-cpu.json`.
+`--json PATH` holds exactly JSON_KEYS per system and variant
+(tests/integration/test_bench_smoke.py pins them); the stack's CPU per record goes beside
+it, in PATH with `.stack-cpu.json`, and the other figures of each row (threads, start to
+first searchable document, records, dead letters, CPU against flow-1w) in `.details.json`.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from bench.systems import ROOT
 __all__ = [
     "JSON_KEYS",
     "Row",
+    "add_cpu_vs_flow_1w",
     "head_commit",
     "plot",
     "plot_memory",
+    "print_summary",
     "print_table",
     "write_json",
 ]
@@ -36,6 +40,16 @@ JSON_KEYS = (
     "ratio_to_ceiling",
 )
 STACK_KEYS = ("es_cpu_us", "kafka_cpu_us", "total_cpu_us", "bound_docs_per_s", "bound_ratio")
+DETAIL_KEYS = (
+    "records",
+    "docs",
+    "dead_letters",
+    "processes",
+    "peak_threads",
+    "searchable_s",
+    "cpu_vs_flow_1w",
+    "ceiling_runs",
+)
 
 
 def _rounded(v: Any) -> Any:
@@ -75,12 +89,34 @@ def stack_cpu_json(r: Row) -> dict[str, Any]:
     return out
 
 
+def details_json(r: Row) -> dict[str, Any]:
+    """A row's figures that are not in the main JSON."""
+    out: dict[str, Any] = {"system": r.system, "variant": r.variant}
+    out["wall_s"] = _rounded(r.wall_s)
+    out["first_doc_s"] = _rounded(r.first_doc_s)
+    for k in DETAIL_KEYS:
+        v = r.extra.get(k)
+        out[k] = [_rounded(x) for x in v] if isinstance(v, list) else _rounded(v)
+    return out
+
+
 def write_json(rows: list[Row], path: Path) -> None:
-    """The rows at `path` (JSON_KEYS only) and their stack CPU beside it."""
+    """The rows at `path` (JSON_KEYS only), their stack CPU and details beside it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([r.as_json() for r in rows], indent=2) + "\n")
     stack_json = path.with_suffix(".stack-cpu.json")
     stack_json.write_text(json.dumps([stack_cpu_json(r) for r in rows], indent=2) + "\n")
+    details = path.with_suffix(".details.json")
+    details.write_text(json.dumps([details_json(r) for r in rows], indent=2) + "\n")
+
+
+def add_cpu_vs_flow_1w(rows: list[Row]) -> None:
+    """flow-2w's and flow-2p's CPU per record over flow-1w's of the same variant."""
+    one = {r.variant: r for r in rows if r.system == "flow-1w" and r.cpu_s_per_million}
+    for r in rows:
+        base = one.get(r.variant)
+        if base and r.system in ("flow-2w", "flow-2p") and r.cpu_s_per_million:
+            r.extra["cpu_vs_flow_1w"] = r.cpu_s_per_million / (base.cpu_s_per_million or 1)
 
 
 def head_commit() -> str:
@@ -94,40 +130,89 @@ def head_commit() -> str:
     return (git("rev-parse", "--short", "HEAD") or "?") + ("+dirty" if dirty else "")
 
 
-def print_table(rows: list[Row], rate: float | None) -> None:
+def _f(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def print_table(rows: list[Row], rates: dict[str, float | None]) -> None:
+    """Every row, as today's table; `rates`: each variant's latency rate (None: no runs)."""
+    vw = max([7, *(len(r.variant) for r in rows)])
     head = (
-        f"{'system':<8} {'variant':<7} {'docs/s':>9} {'ratio':>6} {'cpu_s/M':>8} "
-        f"{'rss_mb':>7} {'p50_ms':>7} {'p99_ms':>7} {'wall_s':>7} {'first_s':>7} "
-        f"{'live_us':>7} {'lull_s':>6} {'es_us':>6} {'kafka_us':>8} {'total_us':>8} "
-        f"{'bound/s':>9} {'bound_r':>7}"
+        f"{'system':<8} {'variant':<{vw}} {'docs/s':>9} {'ratio':>6} {'cpu_s/M':>8} "
+        f"{'rss_mb':>7} {'threads':>7} {'p50_ms':>7} {'p99_ms':>7} {'wall_s':>7} "
+        f"{'first_s':>7} {'search_s':>8} {'live_us':>7} {'lull_s':>6} {'es_us':>6} "
+        f"{'kafka_us':>8} {'total_us':>8} {'bound/s':>9} {'bound_r':>7}"
     )
     print(head)
     print("-" * len(head))
-
-    def f(v: float | None, fmt: str) -> str:
-        return "-" if v is None else format(v, fmt)
-
+    f = _f
     for r in rows:
         if r.error:
-            print(f"{r.system:<8} {r.variant:<7} FAILED: {r.error.splitlines()[0][:80]}")
+            print(f"{r.system:<8} {r.variant:<{vw}} FAILED: {r.error.splitlines()[0][:80]}")
             continue
+        x = r.extra.get
         print(
-            f"{r.system:<8} {r.variant:<7} {f(r.docs_per_s, ',.0f'):>9} "
+            f"{r.system:<8} {r.variant:<{vw}} {f(r.docs_per_s, ',.0f'):>9} "
             f"{f(r.ratio_to_ceiling, '.2f'):>6} {f(r.cpu_s_per_million, ',.1f'):>8} "
-            f"{f(r.peak_rss_mb, ',.0f'):>7} {f(r.p50_ms, ',.0f'):>7} "
-            f"{f(r.p99_ms, ',.0f'):>7} {f(r.wall_s, '.1f'):>7} {f(r.first_doc_s, '.1f'):>7} "
-            f"{f(r.extra.get('live_cpu_us'), '.1f'):>7} {f(r.extra.get('flush_s'), '.1f'):>6} "
-            f"{f(r.extra.get('es_cpu_us'), '.1f'):>6} {f(r.extra.get('kafka_cpu_us'), '.1f'):>8} "
-            f"{f(r.extra.get('total_cpu_us'), '.1f'):>8} "
-            f"{f(r.extra.get('bound_docs_per_s'), ',.0f'):>9} "
-            f"{f(r.extra.get('bound_ratio'), '.2f'):>7}"
+            f"{f(r.peak_rss_mb, ',.0f'):>7} {f(x('peak_threads'), 'd'):>7} "
+            f"{f(r.p50_ms, ',.0f'):>7} {f(r.p99_ms, ',.0f'):>7} {f(r.wall_s, '.1f'):>7} "
+            f"{f(r.first_doc_s, '.1f'):>7} {f(x('searchable_s'), '.1f'):>8} "
+            f"{f(x('live_cpu_us'), '.1f'):>7} {f(x('flush_s'), '.1f'):>6} "
+            f"{f(x('es_cpu_us'), '.1f'):>6} {f(x('kafka_cpu_us'), '.1f'):>8} "
+            f"{f(x('total_cpu_us'), '.1f'):>8} {f(x('bound_docs_per_s'), ',.0f'):>9} "
+            f"{f(x('bound_ratio'), '.2f'):>7}"
         )
-    sat = [r.system for r in rows if r.extra.get("saturated")]
+    sat = [f"{r.system} ({r.variant})" for r in rows if r.extra.get("saturated")]
     if sat:
         print(f"saturated at the latency rate (latency grew during the window): {', '.join(sat)}")
-    if rate:
-        print(f"latency at {rate:,.0f} records/s; samples (missing): ", end="")
-        print(", ".join(f"{r.system} {r.lat_samples} ({r.lat_missing})" for r in rows))
+    for variant, rate in rates.items():
+        if not rate:
+            continue
+        print(f"{variant}: latency at {rate:,.0f} records/s; samples (missing): ", end="")
+        print(
+            ", ".join(
+                f"{r.system} {r.lat_samples} ({r.lat_missing})"
+                for r in rows
+                if r.variant == variant
+            )
+        )
+
+
+def print_summary(rows: list[Row], system: str = "flow-1w", base: str = "small") -> None:
+    """`system` in each variant against its ceiling and against `base` (same run), and the
+    CPU per record of 2 workers / 2 processes against 1."""
+    ok = [r for r in rows if r.system == system and r.docs_per_s and not r.error]
+    ref = next((r for r in ok if r.variant == base), None)
+    if len({r.variant for r in ok}) > 1:
+        label = f"{system} by variant"
+        vw = max([len(label), *(len(r.variant) for r in ok)])
+        head = (
+            f"{label:<{vw}} {'records':>10} {'docs/s':>9} {'ratio':>6} "
+            f"{'us/rec':>7} {'rss_mb':>7} {'threads':>7} {'search_s':>8} "
+            f"{'vs ' + base + ' docs/s':>15} {'us/rec +':>8}"
+        )
+        print()
+        print(head)
+        print("-" * len(head))
+        for r in ok:
+            rel = d_us = None
+            if ref is not None and ref.docs_per_s and r.cpu_s_per_million is not None:
+                rel = (r.docs_per_s or 0) / ref.docs_per_s
+                d_us = r.cpu_s_per_million - (ref.cpu_s_per_million or 0)
+            x = r.extra.get
+            print(
+                f"{r.variant:<{vw}} {_f(x('records'), ',d'):>10} {_f(r.docs_per_s, ',.0f'):>9} "
+                f"{_f(r.ratio_to_ceiling, '.2f'):>6} {_f(r.cpu_s_per_million, '.1f'):>7} "
+                f"{_f(r.peak_rss_mb, ',.0f'):>7} {_f(x('peak_threads'), 'd'):>7} "
+                f"{_f(x('searchable_s'), '.1f'):>8} {_f(rel, '.2f'):>15} {_f(d_us, '+.1f'):>8}"
+            )
+    for r in rows:
+        vs = r.extra.get("cpu_vs_flow_1w")
+        if vs is not None:
+            print(
+                f"{r.variant}: {r.system} CPU per record {r.cpu_s_per_million:.1f} us = "
+                f"{vs:.2f} x flow-1w's"
+            )
 
 
 def _pyplot() -> Any:
@@ -141,29 +226,35 @@ def _pyplot() -> Any:
 
 
 def plot(rows: list[Row], path: Path, title: str) -> None:
+    """Docs/s (with the ratio to the ceiling) and CPU per record per system: one row of two
+    charts per variant, each on its own scale."""
     plt = _pyplot()
     ok = [r for r in rows if r.docs_per_s]
-    names = [r.system for r in ok]
-    colors = ["#888888" if r.system == "ceiling" else "#4c72b0" for r in ok]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    bars = a.bar(names, [r.docs_per_s or 0 for r in ok], color=colors)
-    a.set_title("throughput (docs/s, higher is better)")
-    for bar, r in zip(bars, ok, strict=True):
-        label = f"{r.docs_per_s:,.0f}"
-        if r.ratio_to_ceiling is not None:
-            label += f"\n{r.ratio_to_ceiling:.2f}x"
-        a.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                   ha="center", va="bottom", fontsize=8)  # fmt: skip
-    a.margins(y=0.2)
-    bars = b.bar(names, [r.cpu_s_per_million or 0 for r in ok], color=colors)
-    b.set_title("CPU per record (µs, lower is better)")
-    for bar, r in zip(bars, ok, strict=True):
-        b.annotate(f"{r.cpu_s_per_million:,.1f}",
-                   (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                   ha="center", va="bottom", fontsize=8)  # fmt: skip
-    b.margins(y=0.2)
-    for ax in (a, b):
-        ax.tick_params(axis="x", labelrotation=20)
+    variants = list(dict.fromkeys(r.variant for r in ok))
+    fig, axes = plt.subplots(len(variants), 2, figsize=(11, 4.2 * len(variants)), squeeze=False)
+    for (a, b), variant in zip(axes, variants, strict=True):
+        vrows = [r for r in ok if r.variant == variant]
+        names = [r.system for r in vrows]
+        colors = ["#888888" if r.system == "ceiling" else "#4c72b0" for r in vrows]
+        prefix = f"{variant}: " if len(variants) > 1 else ""
+        bars = a.bar(names, [r.docs_per_s or 0 for r in vrows], color=colors)
+        a.set_title(f"{prefix}throughput (docs/s, higher is better)")
+        for bar, r in zip(bars, vrows, strict=True):
+            label = f"{r.docs_per_s:,.0f}"
+            if r.ratio_to_ceiling is not None:
+                label += f"\n{r.ratio_to_ceiling:.2f}x"
+            a.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                       ha="center", va="bottom", fontsize=8)  # fmt: skip
+        a.margins(y=0.2)
+        bars = b.bar(names, [r.cpu_s_per_million or 0 for r in vrows], color=colors)
+        b.set_title(f"{prefix}CPU per record (µs, lower is better)")
+        for bar, r in zip(bars, vrows, strict=True):
+            b.annotate(f"{r.cpu_s_per_million:,.1f}",
+                       (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                       ha="center", va="bottom", fontsize=8)  # fmt: skip
+        b.margins(y=0.2)
+        for ax in (a, b):
+            ax.tick_params(axis="x", labelrotation=20)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

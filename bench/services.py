@@ -11,6 +11,8 @@ import contextlib
 import json
 import time
 import uuid
+from array import array
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +20,15 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from elasticsearch import Elasticsearch
 
-from bench.data import dataset
 from devkit.es import count_docs
 from devkit.kafka import create_topic, end_offsets
 
 __all__ = [
     "PARTITIONS",
     "POLL_S",
+    "BodyWriter",
+    "Item",
+    "Positions",
     "Services",
     "ceiling_body_bytes",
     "new_producer",
@@ -35,6 +39,10 @@ PARTITIONS = 8
 BODY_BYTES = 5 * 1024 * 1024
 POLL_S = 0.1  # how often a run polls the index's index_total
 INDEX_SETTINGS = {"number_of_shards": 1, "number_of_replicas": 0}
+
+Item = tuple[bytes | None, bytes | None, list[tuple[str, str | bytes | None]] | None, bytes | None]
+"""One dataset record: (key, value, headers, the ceiling's `_source` line or None when the
+record must not become a document: a bad record of `small-dlq5`)."""
 
 
 class Services:
@@ -65,9 +73,9 @@ class Services:
                 f"bench: Elasticsearch at {self.es_url} does not answer: {e}"
             ) from None
 
-    def create_topic(self, topic: str) -> None:
+    def create_topic(self, topic: str, partitions: int = PARTITIONS) -> None:
         try:
-            create_topic(self.bootstrap, topic, PARTITIONS)
+            create_topic(self.bootstrap, topic, partitions)
         finally:
             self.topics.append(topic)  # deleted at the end even if the leader wait failed
 
@@ -82,9 +90,9 @@ class Services:
         """Records in `topic`: the sum of its partitions' high watermarks."""
         return sum(end_offsets(self.bootstrap, topic, timeout=30).values())
 
-    def create_index(self, index: str) -> None:
+    def create_index(self, index: str, mappings: dict[str, Any] | None = None) -> None:
         self.es.options(ignore_status=404).indices.delete(index=index)
-        self.es.indices.create(index=index, settings=INDEX_SETTINGS)
+        self.es.indices.create(index=index, settings=INDEX_SETTINGS, mappings=mappings)
         self.indices.append(index)
 
     def delete_index(self, index: str) -> None:
@@ -104,6 +112,12 @@ class Services:
 
     def count(self, index: str) -> int:
         return count_docs(self.es, index)
+
+    def searchable(self, index: str) -> int:
+        """Documents a search sees now, without forcing a refresh (what a user's query gets
+        with the index's default 1 s refresh)."""
+        r = self.es.options(ignore_status=404).count(index=index)
+        return int(r.get("count", 0))
 
     def group(self, what: str) -> str:
         g = self.name(f"{what}-{uuid.uuid4().hex[:6]}")
@@ -148,69 +162,109 @@ def new_producer(bootstrap: str, **extra: Any) -> Producer:
     )
 
 
-def ceiling_body_bytes(variant: str, n: int, threads: int) -> int:
+def ceiling_body_bytes(doc_size: str, n: int, threads: int) -> int:
     """~5 MB `_bulk` bodies; smaller for small datasets so that `threads` requests stay in
     flight."""
-    per_doc = 2100 if variant == "large" else 240
+    per_doc = 2100 if doc_size == "large" else 240
     return max(256 * 1024, min(BODY_BYTES, n * per_doc // (threads * 8)))
+
+
+class BodyWriter:
+    """The ceiling's NDJSON `_bulk` bodies (index actions, ~`body_bytes` each) in one file,
+    with their offsets in FILE.json for `bench.ceiling bulk`."""
+
+    def __init__(self, path: Path, body_bytes: int) -> None:
+        self.path, self.body_bytes = path, body_bytes
+        self.out = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self.chunks: list[list[int]] = []
+        self.parts: list[bytes] = []
+        self.size = self.offset = self.docs = 0
+
+    def add(self, doc_id: bytes, source: bytes) -> None:
+        line = b'{"index":{"_id":"%s"}}\n%s\n' % (doc_id, source)
+        self.parts.append(line)
+        self.size += len(line)
+        self.docs += 1
+        if self.size >= self.body_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        body = b"".join(self.parts)
+        self.out.write(body)
+        self.chunks.append([self.offset, len(body)])
+        self.offset += len(body)
+        self.parts, self.size = [], 0
+
+    def close(self) -> int:
+        """Write what is left and the offsets; the number of documents."""
+        if self.parts:
+            self._flush()
+        self.out.close()
+        Path(str(self.path) + ".json").write_text(json.dumps(self.chunks))
+        return self.docs
+
+
+class Positions:
+    """Where each dataset record landed (partition, offset, timestamp), from the delivery
+    reports, for variants whose ceiling documents depend on them (`insert_field from:
+    offset`). Records are found by their dataset key `k<i>`."""
+
+    def __init__(self, n: int) -> None:
+        self.partition = array("i", bytes(4 * n))
+        self.offset = array("q", bytes(8 * n))
+        self.timestamp = array("q", bytes(8 * n))
+
+    def delivered(self, msg: Any) -> None:
+        i = int(msg.key()[1:])
+        self.partition[i] = msg.partition()
+        self.offset[i] = msg.offset()
+        self.timestamp[i] = msg.timestamp()[1]
 
 
 def produce_dataset(
     svc: Services,
     topic: str,
-    variant: str,
+    items: Iterable[Item],
     n: int,
-    bodies: Path,
-    body_bytes: int,
-    write_bodies: bool = True,
-) -> float:
-    """Produce records 0..n-1 to `topic` and write the ceiling's `_bulk` bodies; seconds."""
+    bodies: BodyWriter | None = None,
+    positions: Positions | None = None,
+) -> tuple[float, int]:
+    """Produce the `n` records of `items` to `topic`, add their ceiling lines to `bodies`
+    (if given) and their places to `positions` (if given); (seconds taken, how many of the
+    records have a ceiling line: the documents the index must end up with)."""
     t0 = time.monotonic()
+    docs = 0
     errors: list[Any] = []
 
-    def on_delivery(err: Any, _msg: Any) -> None:
+    def on_delivery(err: Any, msg: Any) -> None:
         if err is not None:
             errors.append(err)
+        elif positions is not None:
+            positions.delivered(msg)
 
     producer = new_producer(svc.bootstrap)
-    chunks: list[list[int]] = []
-    parts: list[bytes] = []
-    size = 0
-    offset = 0
-    with open(bodies, "wb") if write_bodies else contextlib.nullcontext() as out:
-
-        def write_body() -> None:
-            nonlocal parts, size, offset
-            body = b"".join(parts)
-            out.write(body)  # type: ignore[union-attr]
-            chunks.append([offset, len(body)])
-            offset += len(body)
-            parts, size = [], 0
-
-        for i, (key, value) in enumerate(dataset(variant, n)):
-            while True:
-                try:
-                    producer.produce(topic, value, key, on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            if i % 5000 == 0:
-                producer.poll(0)
-            if not write_bodies:
-                continue
-            line = b'{"index":{"_id":"%s"}}\n%s\n' % (key, value)
-            parts.append(line)
-            size += len(line)
-            if size >= body_bytes:
-                write_body()
-        if parts:
-            write_body()
-    if write_bodies:
-        Path(str(bodies) + ".json").write_text(json.dumps(chunks))
+    produce = producer.produce
+    for i, (key, value, headers, source) in enumerate(items):
+        while True:
+            try:
+                if headers:
+                    produce(topic, value, key, on_delivery=on_delivery, headers=headers)
+                else:
+                    produce(topic, value, key, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 5000 == 0:
+            producer.poll(0)
+        if source is not None:
+            docs += 1
+            if bodies is not None:
+                assert key is not None
+                bodies.add(key, source)
     if producer.flush(120) != 0 or errors:
         raise RuntimeError(f"producing the dataset failed: {errors[:3]}")
     del producer
     got = svc.end_offsets(topic)
     if got != n:
         raise RuntimeError(f"topic {topic} holds {got} records, expected {n}")
-    return time.monotonic() - t0
+    return time.monotonic() - t0, docs

@@ -26,8 +26,9 @@ import socket
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.procs import Proc, ServerCpu
 from bench.services import Services
@@ -62,11 +63,33 @@ class Ctx:
     args: argparse.Namespace
     work: Path
     variant: str
+    """The variant's name (bench.variants), in index names and the rows."""
     n: int
+    """Records on the dataset topic."""
     data_topic: str
     bodies: Path
     tools_python: Path | None
     servers: ServerCpu | None = None
+    doc_size: str = "small"
+    """make_doc's shape (small, large): the latency runs' records."""
+    docs: int = 0
+    """Documents the index must hold after a run (0: n)."""
+    systems: tuple[str, ...] = ()
+    """The systems this variant runs (empty: --systems)."""
+    flow_env: dict[str, str] = field(default_factory=dict)
+    """The variant's settings for the flow runs (--flow-env is applied after them)."""
+    mappings: dict[str, Any] | None = None
+    """The variant's index mapping (None: dynamic)."""
+    dead_letters: int = 0
+    """Records a flow run must dead-letter (a dead-letter topic is made per run)."""
+
+    @property
+    def expected_docs(self) -> int:
+        return self.docs or self.n
+
+    @property
+    def run_systems(self) -> tuple[str, ...]:
+        return self.systems or tuple(self.args.systems)
 
 
 def free_port() -> int:
@@ -86,6 +109,9 @@ def snapshot_sources(work: Path) -> Path:
     for pkg in ("flows", "sinks", "bench"):
         shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     _SRC[0] = src
+    # The harness imports flows/ itself too (bench.variants runs the transforms to make the
+    # ceiling's documents): from the same copy.
+    sys.path.insert(0, str(src))
     return src
 
 
@@ -101,11 +127,19 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def launch(
-    ctx: Ctx, system: str, topic: str, index: str, group: str, live: bool, tag: str
+    ctx: Ctx,
+    system: str,
+    topic: str,
+    index: str,
+    group: str,
+    live: bool,
+    tag: str,
+    env: dict[str, str] | None = None,
 ) -> list[Proc]:
-    """Start `system` reading `topic` into `index`; `live`: run until stopped (latency)."""
+    """Start `system` reading `topic` into `index`; `live`: run until stopped (latency);
+    `env`: more settings for a flow (after the variant's, before --flow-env)."""
     svc, py = ctx.svc, sys.executable
-    logf = ctx.work / f"{tag}-{system}.log"
+    logf = ctx.work / f"{ctx.variant}-{tag}-{system}.log"
     if system == "loop":
         cmd = [py, "-m", "bench.loop", "--bootstrap", svc.bootstrap, "--es", svc.es_url]
         cmd += ["--topic", topic, "--group", group, "--index", index]
@@ -114,7 +148,7 @@ def launch(
         return [Proc(system, cmd, child_env(), ctx.work, logf)]
     if system == "quix":
         assert ctx.tools_python is not None
-        state = ctx.work / f"quix-state-{tag}"
+        state = ctx.work / f"quix-state-{ctx.variant}-{tag}"
         cmd = [str(ctx.tools_python), str(_SRC[0] / "bench" / "quix_app.py")]
         cmd += ["--bootstrap", svc.bootstrap, "--es", svc.es_url, "--topic", topic]
         cmd += ["--group", group, "--index", index, "--state-dir", str(state)]
@@ -129,6 +163,8 @@ def launch(
                 "KAFKA_STOP_AT_END": "false" if live else "true",
                 "ES_HOSTS": svc.es_url,
                 "ES_INDEX": index,
+                **ctx.flow_env,
+                **(env or {}),
                 **dict(kv.split("=", 1) for kv in ctx.args.flow_env),
             }
         )
@@ -146,7 +182,7 @@ def launch(
                 [*base, "-i", str(i), "-a", addrs],
                 env,
                 ctx.work,
-                ctx.work / f"{tag}-{system}-{i}.log",
+                ctx.work / f"{ctx.variant}-{tag}-{system}-{i}.log",
             )
             for i in range(2)
         ]
@@ -157,7 +193,9 @@ def launch_ceiling_bulk(ctx: Ctx, index: str, limit: int = 0) -> list[Proc]:
     cmd = [sys.executable, "-m", "bench.ceiling", "bulk", "--es", ctx.svc.es_url]
     cmd += ["--index", index, "--bodies", str(ctx.bodies), "--threads", str(ctx.args.threads)]
     cmd += ["--limit", str(limit)]
-    return [Proc("ceiling", cmd, child_env(), ctx.work, ctx.work / "tput-ceiling.log")]
+    return [
+        Proc("ceiling", cmd, child_env(), ctx.work, ctx.work / f"{ctx.variant}-tput-ceiling.log")
+    ]
 
 
 def stop_all(procs: list[Proc], natural: bool, grace: float, term_grace: float = 60) -> None:

@@ -6,7 +6,9 @@ docs_per_s = N / (end - start); start = when the first process of the system is 
 must then hold exactly N documents. CPU and peak RSS come from the kernel (`wait4` rusage)
 over the processes' whole lives. Between the same two moments (spawn, reap) the CPU time of
 the Elasticsearch and Kafka server processes is read (psutil), and the whole stack's CPU per
-record gives the rate at which it would saturate every core.
+record gives the rate at which it would saturate every core. Each process's thread count is
+sampled every 200 ms (the peak is reported), and the first moment a search without a
+refresh finds a document (`searchable_s`, from spawn) is noted.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.procs import Proc
+from bench.procs import PeakThreads, Proc
 from bench.report import Row
 from bench.services import POLL_S
 from bench.systems import Ctx, launch, launch_ceiling_bulk, log, stop_all
@@ -28,7 +30,7 @@ def warm_up_es(ctx: Ctx) -> None:
     """Untimed: up to 30 bulk bodies into a throwaway index, so that Elasticsearch's JIT
     and caches are warm before the first measured run (the ceiling)."""
     index = ctx.svc.name(f"{ctx.variant}-warmup")
-    ctx.svc.create_index(index)
+    ctx.svc.create_index(index, ctx.mappings)
     try:
         log("warm-up: 30 ceiling bodies into a throwaway index (not measured) ...")
         procs = launch_ceiling_bulk(ctx, index, limit=30)
@@ -39,10 +41,13 @@ def warm_up_es(ctx: Ctx) -> None:
 
 def wait_indexed(
     ctx: Ctx, index: str, n: int, procs: list[Proc], timeout: float
-) -> tuple[float | None, float]:
-    """Poll the primary's index_total every 100 ms until >= n; (first doc, end) monotonic."""
+) -> tuple[float | None, float | None, float]:
+    """Poll the primary's index_total every 100 ms until >= n: (first document indexed,
+    first document searchable, end), monotonic. Searchable: a `_count` without a refresh
+    sees it, polled only from the first indexed document until then."""
     svc = ctx.svc
     first: float | None = None
+    searchable: float | None = None
     deadline = time.monotonic() + timeout
     exited_at: float | None = None
     while True:
@@ -50,8 +55,15 @@ def wait_indexed(
         now = time.monotonic()
         if total > 0 and first is None:
             first = now
+        if first is not None and searchable is None and svc.searchable(index) > 0:
+            searchable = time.monotonic()
         if total >= n:
-            return first, now
+            # a small dataset can be in before the first refresh: wait for it (<= 1 s)
+            while searchable is None and time.monotonic() < now + 30:
+                time.sleep(POLL_S)
+                if svc.searchable(index) > 0:
+                    searchable = time.monotonic()
+            return first, searchable, now
         if all(p.poll() for p in procs):
             exited_at = exited_at or now
             if now - exited_at > 3:  # stats are per shard and near-immediate; 3 s is plenty
@@ -68,27 +80,44 @@ def run_throughput(
     system: str,
     on_start: Callable[[list[Proc]], Any] | None = None,
 ) -> Row:
-    """Backlog run of one system; see the module docstring for the definitions."""
-    svc, n = ctx.svc, ctx.n
+    """Backlog run of one system; see the module docstring for the definitions.
+
+    docs_per_s counts documents (what the index must hold); cpu_s_per_million is per
+    record read from Kafka, and per document sent for the ceiling (which reads none)."""
+    svc, docs = ctx.svc, ctx.expected_docs
+    per = docs if system == "ceiling" else ctx.n
     row = Row(system, ctx.variant)
     index = svc.name(f"{ctx.variant}-{system}")
-    svc.create_index(index)
+    svc.create_index(index, ctx.mappings)
+    dlq: str | None = None
     try:
         group = svc.group(f"{system}") if system != "ceiling" else ""
+        env: dict[str, str] = {}
+        if ctx.dead_letters and system != "ceiling":
+            dlq = svc.name(f"{ctx.variant}-{system}-dlq")
+            svc.create_topic(dlq)
+            env["DLQ_TOPIC"] = dlq
         # Elasticsearch's and Kafka's CPU so far, just before the first spawn and just
         # after the last reap: the interval the system's own CPU (rusage) covers.
         servers_before = server_cpu(ctx)
         if system == "ceiling":
             procs = launch_ceiling_bulk(ctx, index)
         else:
-            procs = launch(ctx, system, ctx.data_topic, index, group, live=False, tag="tput")
+            procs = launch(
+                ctx, system, ctx.data_topic, index, group, live=False, tag="tput", env=env
+            )
+        threads = PeakThreads(procs)
+        threads.start()
         hook = on_start(procs) if on_start else None
         try:
-            first, end = wait_indexed(ctx, index, n, procs, timeout=180 + n / 500)
+            first, searchable, end = wait_indexed(
+                ctx, index, docs, procs, timeout=180 + ctx.n / 500
+            )
         finally:
             # quix has no stop-at-end: it is stopped (SIGTERM: flush, commit) once all is in
             stop_all(procs, natural=system != "quix", grace=90)
             servers_after = server_cpu(ctx)
+            row.extra["peak_threads"] = threads.stop()
             if hook is not None and hasattr(hook, "join"):
                 hook.join(60)
         start = min(p.started for p in procs)
@@ -97,16 +126,26 @@ def run_throughput(
             raise RuntimeError(f"{bad[0].name} exited with {bad[0].returncode}:\n{bad[0].tail()}")
         row.wall_s = end - start
         row.first_doc_s = (first - start) if first else None
-        row.docs_per_s = n / row.wall_s
-        row.cpu_s_per_million = sum(p.cpu_s for p in procs) / n * 1e6
+        row.extra["searchable_s"] = (searchable - start) if searchable else None
+        row.docs_per_s = docs / row.wall_s
+        row.cpu_s_per_million = sum(p.cpu_s for p in procs) / per * 1e6
         row.peak_rss_mb = sum(p.maxrss_mb for p in procs)
         row.extra["processes"] = len(procs)
-        add_stack_cpu(row, servers_before, servers_after, n)
+        row.extra["records"] = ctx.n
+        row.extra["docs"] = docs
+        add_stack_cpu(row, servers_before, servers_after, per)
         got = svc.count(index)
-        if got != n:
-            raise RuntimeError(f"the index holds {got} documents, expected {n}")
+        if got != docs:
+            raise RuntimeError(f"the index holds {got} documents, expected {docs}")
+        if dlq is not None:
+            dead = svc.end_offsets(dlq)
+            row.extra["dead_letters"] = dead
+            if dead < ctx.dead_letters:
+                raise RuntimeError(f"{dead} dead letters, expected {ctx.dead_letters}")
     finally:
         svc.delete_index(index)
+        if dlq is not None:
+            svc.delete_topic(dlq)
     return row
 
 
@@ -153,12 +192,12 @@ def run_all(ctx: Ctx) -> tuple[list[Row], bool]:
 
     The ceiling runs first and again last; the faster run is reported (both are logged): it
     brackets the others against drift in the machine's load."""
-    args, variant = ctx.args, ctx.variant
+    args, variant, systems = ctx.args, ctx.variant, ctx.run_systems
     rows: list[Row] = []
     failed = False
-    if "ceiling" in args.systems:
+    if "ceiling" in systems:
         warm_up_es(ctx)
-    order = list(args.systems) + (["ceiling"] if "ceiling" in args.systems else [])
+    order = list(systems) + (["ceiling"] if "ceiling" in systems else [])
     ceilings: list[Row] = []
     for system in order:
         log(f"throughput: {system} ...")
