@@ -1,6 +1,7 @@
-"""Smoke test of scripts/bench: a --quick run against the suite's Kafka and Elasticsearch
-reports all six systems with positive figures. Not a timed test: the numbers are not
-checked, only that every system ran end to end (docs/benchmarks.md has the real runs)."""
+"""Smoke tests of scripts/bench: a --quick run against the suite's Kafka and Elasticsearch
+reports all six systems with positive figures, and a tiny run of the other variants reports
+each beside its ceiling. Not timed tests: the numbers are not checked, only that every
+system ran end to end (docs/benchmarks.md has the real runs)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,40 @@ def test_quick_bench_reports_every_system(services, tmp_path):
             assert isinstance(row[key], int | float) and row[key] > 0, (key, row)
     assert next(r for r in rows if r["system"] == "ceiling")["ratio_to_ceiling"] == 1.0
     assert set(r["system"] for r in rows) == SYSTEMS
+
+
+NEW_VARIANTS = ["small-dlq5", "small-transforms", "small-avro", "small-p120"]
+
+
+@pytest.mark.timeout(600)
+def test_tiny_bench_runs_the_new_variants(services, tmp_path):
+    """2,000 records per variant, the ceiling and flow-1w each (the variants' defaults, no
+    latency runs; about 90 s): the bench itself fails a run whose index or dead-letter
+    topic does not hold what the variant's dataset says."""
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench"), "--quick", "--records", "2000"]
+    cmd += ["--variants", ",".join(NEW_VARIANTS), "--json", str(out)]
+    cmd += ["--bootstrap", services.kafka, "--es", services.es_url]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=540, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+
+    rows = json.loads(out.read_text())
+    assert [(r["variant"], r["system"]) for r in rows] == [
+        (v, s) for v in NEW_VARIANTS for s in ("ceiling", "flow-1w")
+    ], output[-3000:]
+    for row in rows:
+        assert set(row) == KEYS, row
+        for key in ("docs_per_s", "cpu_s_per_million", "peak_rss_mb", "ratio_to_ceiling"):
+            assert isinstance(row[key], int | float) and row[key] > 0, (key, row)
+        assert row["p50_ms"] is None and row["p99_ms"] is None, row  # latency: small, large
+    details = {(d["variant"], d["system"]): d for d in json.loads(
+        out.with_suffix(".details.json").read_text())}  # fmt: skip
+    flow = {v: details[(v, "flow-1w")] for v in NEW_VARIANTS}
+    assert (flow["small-dlq5"]["docs"], flow["small-dlq5"]["dead_letters"]) == (1900, 100)
+    assert details[("small-dlq5", "ceiling")]["docs"] == 1900  # the good documents only
+    assert flow["small-transforms"]["docs"] == 1960  # the example's filter drops 2%
+    for d in flow.values():
+        assert d["records"] == 2000 and d["peak_threads"] > 0 and d["searchable_s"] > 0, d
+    assert "Schema Registry stand-in served 1 requests" in output, output[-3000:]
+    assert "flow-1w by variant" in proc.stdout, proc.stdout
