@@ -292,7 +292,7 @@ def test_two_processes_on_one_host_serve_on_two_ports(
 
 
 def test_the_api_survives_fuzzing_from_its_openapi_document(
-    services: Services, api_flow: Callable[..., ApiFlow]
+    services: Services, api_flow: Callable[..., ApiFlow], tmp_path: Path
 ) -> None:
     """schemathesis generates requests from docs/openapi.json (the document the server
     serves, tests/unit/test_api.py): no 5xx, every answer as documented, and its
@@ -305,7 +305,10 @@ def test_the_api_survives_fuzzing_from_its_openapi_document(
         "--url", flow.url, "-H", f"Authorization: Bearer {TOKEN}", "--checks", "all",
         "-n", "30", "--seed", "1",
     ]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    # In tmp_path: schemathesis keeps its example database in ./.schemathesis.
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path
+    )
     summary = out.stdout[out.stdout.find("SUMMARY") :]
     assert out.returncode == 0, out.stdout[-3000:]
     assert "No issues found" in summary and "6 selected / 6 total" in out.stdout
