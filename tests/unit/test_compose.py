@@ -30,7 +30,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 ENTRYPOINT = ROOT / "deploy" / "entrypoint.sh"
 
-SERVICES = ("kafka", "elasticsearch", "kibana", "es-sink")
+SERVICES = ("kafka", "elasticsearch", "kibana", "es-sink", "prometheus", "grafana")
 SINK = "es-sink"
 
 # Read by bytewax.run's argument parser (bytewax/run.py) ...
@@ -175,6 +175,8 @@ def test_all_services_exist(services: dict[str, dict[str, Any]]) -> None:
         ("kafka", "apache/kafka:4.1.1"),
         ("elasticsearch", "docker.elastic.co/elasticsearch/elasticsearch:9.5.4"),
         ("kibana", "docker.elastic.co/kibana/kibana:9.5.4"),
+        ("prometheus", "prom/prometheus:v3.16.0"),  # scripts/promtool builds v0.316.0 = 3.16.0
+        ("grafana", "grafana/grafana:13.0.0"),
     ],
 )
 def test_images_match_the_local_stack_versions(
@@ -209,7 +211,15 @@ def test_every_published_port_is_bound_to_localhost(
 
 @pytest.mark.parametrize(
     ("service", "port"),
-    [("kafka", "9092"), ("elasticsearch", "9200"), ("kibana", "5601"), (SINK, "3030")],
+    [
+        ("kafka", "9092"),
+        ("elasticsearch", "9200"),
+        ("kibana", "5601"),
+        (SINK, "3030"),
+        (SINK, "8080"),
+        ("prometheus", "9090"),
+        ("grafana", "3000"),
+    ],
 )
 def test_expected_ports_are_published(
     services: dict[str, dict[str, Any]], service: str, port: str
@@ -414,6 +424,55 @@ def test_sink_metrics_api_is_enabled_and_published(
 
 def test_recovery_partitions_is_a_positive_number(sink_env: dict[str, str]) -> None:
     assert int(sink_env.get("RECOVERY_PARTITIONS", "1")) >= 1
+
+
+# ---------------------------------------------------------------- compose: monitoring
+
+
+def _mounted(service: dict[str, Any], target: str) -> Path:
+    """The repository path bind-mounted read-only at `target` in a service."""
+    mounts = {t: (source, ro) for source, t, ro in _volume_mounts(service)}
+    assert target in mounts, f"nothing is mounted at {target}"
+    source, read_only = mounts[target]
+    assert source.startswith("./"), f"{target} is not mounted from the repository"
+    assert read_only, f"{target} must be mounted read-only"
+    path = ROOT / source
+    assert path.exists(), f"{source} does not exist"
+    return path
+
+
+def test_prometheus_scrapes_the_sinks_status_api(
+    services: dict[str, dict[str, Any]], sink_env: dict[str, str]
+) -> None:
+    config_dir = _mounted(services["prometheus"], "/etc/prometheus")
+    prom = yaml.safe_load((config_dir / "prometheus.yml").read_text())  # the image's default
+    assert prom["rule_files"] == ["alerts.yml"] and (config_dir / "alerts.yml").is_file()
+    (job,) = [j for j in prom["scrape_configs"] if j["job_name"] == "es-sink"]
+    assert job.get("metrics_path", "/metrics") == "/metrics"
+    targets = [t for c in job["static_configs"] for t in c["targets"]]
+    assert targets == [f"{SINK}:{sink_env['API_PORT']}"]
+    assert sink_env["API_HOST"] == "0.0.0.0", "Prometheus must reach the API from its container"
+    assert sink_env.get("API_TOKEN"), "an API off loopback needs API_TOKEN (refused otherwise)"
+
+
+def test_grafana_provisions_the_data_source_and_the_dashboard(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    grafana = services["grafana"]
+    provisioning = _mounted(grafana, "/etc/grafana/provisioning")
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())[
+        "datasources"
+    ]
+    assert source["type"] == "prometheus"
+    assert source["url"] == "http://prometheus:9090"
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "es-sink.yml").read_text())[
+        "providers"
+    ]
+    dashboards = Path(provider["options"]["path"])
+    dashboard = _mounted(grafana, str(dashboards / "es-sink.json"))
+    assert dashboard == ROOT / "deploy" / "grafana" / "es-sink.json"
+    home = _environment(grafana).get("GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH")
+    assert home == str(dashboards / "es-sink.json")
 
 
 # ---------------------------------------------------------------- Dockerfile
