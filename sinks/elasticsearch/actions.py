@@ -71,6 +71,8 @@ class _Write:
     op: str
     encode: Encode | None
     retry_on_conflict: int
+    versioned: bool
+    """Its actions carry the external version (VERSION is set and the method allows it)."""
 
 
 class ActionBuilder:
@@ -79,6 +81,7 @@ class ActionBuilder:
     def __init__(self, config: DocumentConfig) -> None:
         self._updates = config.updates
         self._retry_on_conflict = config.retry_on_conflict
+        self._versioned = config.version != "none"
         self._writes: dict[str, _Write] = {}
         default = self._default = self._write(config.method)
         self._op = default.op
@@ -163,13 +166,14 @@ class ActionBuilder:
             if self._data_stream:
                 msg = "data streams accept only create, not deletes (ES_DATA_STREAM=true)"
                 raise ActionError(msg)
-            self._version(meta, rec)
+            if self._versioned:
+                self._version(meta, rec)
             return Action(doc_id, _dumps({"delete": meta}) + b"\n", rec)
         if self._pipeline:
             meta["pipeline"] = self._pipeline
         if write.retry_on_conflict:
             meta["retry_on_conflict"] = write.retry_on_conflict
-        if write.method.allows_external_version:
+        if write.versioned:
             self._version(meta, rec)
         source = doc.source
         if source is None:
@@ -216,6 +220,7 @@ class ActionBuilder:
             method.op,
             None if method.body is None else method.body(self._updates),
             self._retry_on_conflict if method.retries_conflicts else 0,
+            self._versioned and method.allows_external_version,
         )
         return write
 
@@ -238,9 +243,7 @@ class ActionBuilder:
         if self._data_stream and not method.allows_data_stream:
             msg = f"data streams accept only create, not {method.name!r} (ES_DATA_STREAM=true)"
             raise ActionError(msg)
-        if not method.allows_external_version and (
-            self._version_offset or self._version_header is not None
-        ):
+        if self._versioned and not method.allows_external_version:
             msg = f"Elasticsearch does not version {method.name!r} writes (VERSION is set)"
             raise ActionError(msg)
 
