@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from pydantic import AfterValidator, BeforeValidator, field_validator, model_validator
 
-from flows.config.fields import Flag, Group, OneOf, PairsInput, pairs, setting
+from flows.config.fields import Flag, Group, OneOf, PairsInput, Regex, pairs, setting
 from flows.errors import ConfigError
 from flows.transforms.cdc import deleting_entries
 from sinks.elasticsearch.index_names import IndexName, problem
@@ -73,7 +73,7 @@ class DocumentSettings(Group):
         "script, ON_MISSING_DOCUMENT=upsert: create a missing document by running the script "
         "on {} (else the document is inserted as it is)",
     )
-    es_index_allow: str | None = setting(
+    es_index_allow: Regex | None = setting(
         "ES_INDEX_ALLOW",
         None,
         "regex every index name must match whole; a record's name outside it is a dead letter",
@@ -111,16 +111,6 @@ class DocumentSettings(Group):
     def _version(cls, value: str) -> str:
         if value not in ("none", "offset") and not _dotted("header:", value):
             raise ValueError(f"expected none, offset or header:<name>, got {value!r}")
-        return value
-
-    @field_validator("es_index_allow")
-    @classmethod
-    def _index_allow(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as e:
-                raise ValueError(f"invalid regular expression: {e}") from None
         return value
 
     @field_validator("es_routing")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -135,6 +136,18 @@ def _secret(value: Any) -> Secret:
 
 
 Flag = Annotated[bool, BeforeValidator(_flag, json_schema_input_type=bool | str)]
+
+
+def _compiles(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise ValueError(f"invalid regular expression: {e}") from None
+    return value
+
+
+Regex = Annotated[str, AfterValidator(_compiles)]
+"""A regular expression, kept as text; one that does not compile is refused at start."""
 """true/false, 1/0, yes/no, on/off (any case), or a YAML boolean."""
 Items = Annotated[tuple[str, ...], BeforeValidator(_items, json_schema_input_type=str | list[str])]
 """Comma-separated from the environment, or a YAML list."""

@@ -3,13 +3,21 @@ producer and the start-up checks)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Self
 
 from pydantic import field_validator, model_validator
 
-from flows.config.fields import KAFKA_CONFIG_PREFIX, Flag, Group, Items, OneOf, Pairs, setting
+from flows.config.fields import (
+    KAFKA_CONFIG_PREFIX,
+    Flag,
+    Group,
+    Items,
+    OneOf,
+    Pairs,
+    Regex,
+    setting,
+)
 from flows.errors import ConfigError
 
 _RESERVED = ("group.id", "enable.auto.commit", "bootstrap.servers")
@@ -21,7 +29,7 @@ class KafkaSettings(Group):
     topics: Items = setting(
         "KAFKA_TOPICS", (), "comma-separated topics; or KAFKA_TOPICS_REGEX", shown="(required)"
     )
-    topics_regex: str | None = setting(
+    topics_regex: Regex | None = setting(
         "KAFKA_TOPICS_REGEX", None, "every topic fully matching it (not DLQ_TOPIC, not __*)"
     )
     bootstrap_servers: str = setting(
@@ -44,16 +52,6 @@ class KafkaSettings(Group):
         prefix=KAFKA_CONFIG_PREFIX,
         repr=False,
     )
-
-    @field_validator("topics_regex")
-    @classmethod
-    def _compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as e:
-                raise ValueError(f"invalid regular expression: {e}") from None
-        return value
 
     @field_validator("bootstrap_servers")
     @classmethod

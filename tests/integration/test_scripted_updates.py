@@ -10,13 +10,13 @@ ES_SCRIPT_ID, and writes nothing."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import orjson
 import pytest
 
 from tests.conftest import committed_offsets, consume_all, create_topic, produce, run_flow
+from tests.integration.updates_support import racing
 
 pytestmark = pytest.mark.integration
 
@@ -134,22 +134,13 @@ def test_a_concurrent_writer_s_increments_are_all_counted(services, es, names):
         return
     produce(services.kafka, topic, [(b"c", b'{"n": 1}')] * n)
     es.index(index=topic, id="c", document={"n": 0}, refresh=True)
-    stop = threading.Event()
-    done: list[int] = []
+    script = {"source": COUNTER, "lang": "painless", "params": {"doc": {"n": 1000}}}
 
-    def race() -> None:
-        script = {"source": COUNTER, "lang": "painless", "params": {"doc": {"n": 1000}}}
-        while not stop.is_set():
-            es.update(index=topic, id="c", script=script, retry_on_conflict=20)
-            done.append(1)
+    def increment(_: int) -> None:
+        es.update(index=topic, id="c", script=script, retry_on_conflict=20)
 
-    racer = threading.Thread(target=race, daemon=True)
-    racer.start()
-    try:
+    with racing(increment) as done:
         run = run_flow(services, env)
-    finally:
-        stop.set()
-        racer.join(30)
     assert run.returncode == 0, run.output
     assert len(done) > 20  # the two really overlapped
     assert consume_all(services.kafka, dlq) == []

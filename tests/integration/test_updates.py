@@ -5,7 +5,6 @@ broker and node. Scripted updates: tests/integration/test_scripted_updates.py.""
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import orjson
@@ -19,11 +18,12 @@ from tests.conftest import (
     run_flow,
     search_all,
 )
+from tests.integration.updates_support import racing
 
 pytestmark = pytest.mark.integration
 
 P = "__connect.errors."
-UT = "tests.integration.update_transforms"
+UT = "tests.integration.updates_support"
 
 
 def _topic(services: Any, names: Any, prefix: str) -> str:
@@ -89,17 +89,6 @@ def test_a_concurrent_writer_is_retried_on_conflict_not_dead_lettered(services, 
     es.index(index=topic, id="hot", document={"flow": -1, "racer": -1}, refresh=True)
     n = 1500
     produce(services.kafka, topic, [(b"hot", orjson.dumps({"flow": i})) for i in range(n)])
-    stop = threading.Event()
-    racer_writes: list[int] = []
-
-    def race() -> None:
-        j = 0
-        while not stop.is_set():
-            es.update(index=topic, id="hot", doc={"racer": j}, retry_on_conflict=10)
-            racer_writes.append(j)
-            j += 1
-
-    racer = threading.Thread(target=race, daemon=True)
     env = {
         "KAFKA_TOPICS": topic,
         "KAFKA_GROUP_ID": topic,
@@ -109,12 +98,12 @@ def test_a_concurrent_writer_is_retried_on_conflict_not_dead_lettered(services, 
         "ERRORS_TOLERANCE": "all",
         "DLQ_TOPIC": dlq,
     }
-    racer.start()
-    try:
+
+    def update(j: int) -> None:
+        es.update(index=topic, id="hot", doc={"racer": j}, retry_on_conflict=10)
+
+    with racing(update) as racer_writes:
         run = run_flow(services, env)
-    finally:
-        stop.set()
-        racer.join(30)
     assert run.returncode == 0, run.output
     assert len(racer_writes) > 50  # the two really overlapped
     assert _dead(services.kafka, dlq) == {}

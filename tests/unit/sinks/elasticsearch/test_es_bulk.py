@@ -18,7 +18,7 @@ from flows.config import Settings
 from sinks.backoff import Backoff
 from sinks.elasticsearch import bulk
 from sinks.errors import ConfigError
-from sinks.model import Action, Record
+from sinks.model import Action, DeadLetter, Record
 
 RECORDED = json.loads((Path(__file__).parents[2] / "data" / "bulk_answers.json").read_text())
 
@@ -209,6 +209,72 @@ def test_recording_a_verdict_keeps_one_account() -> None:
     c.record(pending, bulk.DONE)  # a later answer wrote them all: the delete found it
     assert c.not_found == set()
     assert list(c.failed_records(pending)) == [id(pending[i].record) for i in (1, 4, 5, 6)]
+
+
+# ------------------------------------------------------------------ updates (recorded)
+
+
+def classify_items(items: list[int], answer: dict[str, Any], **env: str) -> bulk.Verdict:
+    """The recorded `answer`'s `items` (positions), as answers to updates, under `env`."""
+    answer = {"errors": True, "items": [answer["items"][i] for i in items]}
+    pending = [action(next(iter(answer["items"][i])), f"d{i}") for i in range(len(items))]
+    return classify(pending, answer, rules=rules(**env))
+
+
+# The requests of RECORDED["updates"], in order: a partial update of a document that exists;
+# of one that does not; a script on a missing document; a stored script that does not
+# exist; a Painless script on a node without lang-painless; a partial update in an index
+# that does not exist (Elasticsearch creates the index: the document is missing); an update
+# that lost a concurrent write (here: a stale if_seq_no, in a request of its own).
+UPDATES = RECORDED["updates"]["answer"]
+
+
+def test_recorded_missing_document_is_a_dead_letter_under_dlq() -> None:
+    v = classify_items([0, 1, 2, 5], UPDATES, WRITE_METHOD="update")
+    assert v.written == (0,) and v.stop is None and v.missing == ()
+    rejected = dict(v.rejected)
+    assert sorted(rejected) == [1, 2, 3]
+    assert rejected[1].error_class == "elasticsearch.document_missing_exception"
+    assert rejected[1].message == "[missing]: document missing"
+    assert rejected[1].stage == "index"
+
+
+def test_recorded_missing_document_is_done_under_ignore() -> None:
+    v = classify_items([0, 1, 2, 5], UPDATES, WRITE_METHOD="update", ON_MISSING_DOCUMENT="ignore")
+    assert v.rejected == () and v.missing == (1, 2, 3) and v.written == (0,)
+    c = call()
+    before = missing_metric()
+    c.record([action("update", f"d{i}") for i in range(4)], v)
+    assert missing_metric() - before == 3
+
+
+def missing_metric() -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("es_sink_updates_missing_total") or 0.0
+
+
+def test_recorded_conflict_of_an_update_is_a_dead_letter() -> None:
+    v = classify_items([6], UPDATES, WRITE_METHOD="update")
+    ((_, dl),) = v.rejected
+    assert isinstance(dl, DeadLetter)
+    assert dl.error_class == "elasticsearch.version_conflict_engine_exception"
+
+
+@pytest.mark.parametrize(
+    ("item", "setting"), [(3, "ES_SCRIPT_ID: Elasticsearch cannot run the stored script"),
+                          (4, "ES_SCRIPT_LANG: Elasticsearch cannot run the script")],
+)  # fmt: skip
+def test_recorded_script_the_node_cannot_run_stops_the_flow(item: int, setting: str) -> None:
+    v = classify_items([0, item], UPDATES, WRITE_METHOD="script", ES_SCRIPT_ID="s")
+    assert isinstance(v.stop, ConfigError) and str(v.stop).startswith(setting)
+
+
+def test_recorded_invalid_index_name_would_fail_one_item_only() -> None:
+    """What the node answers for a name the sink's own check refuses first."""
+    v = classify_items([0], RECORDED["invalid_index_name"]["answer"])
+    ((_, dl),) = v.rejected
+    assert dl.error_class == "elasticsearch.invalid_index_name_exception" and v.stop is None
 
 
 # ----------------------------------------------------------- whole-request failures
