@@ -38,7 +38,7 @@ from typing import Literal, cast
 from bytewax.inputs import StatefulSourcePartition
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from flows import shutdown
+from flows import fencing, shutdown
 from flows.config import Settings
 from flows.errors import ConfigError
 from flows.recovery_store import SOURCE_KEY, stored_keys
@@ -307,8 +307,9 @@ def commit_metadata(settings: Settings, topic: str) -> str:
 
 
 def _committed_count(tp: TopicPartition) -> int | None:
-    meta = tp.metadata or ""
-    return int(meta[len(_PARTITIONS) :]) if meta.startswith(_PARTITIONS) else None
+    """The partition count a commit carries (fencing may add its fields after it)."""
+    count = fencing.metadata_fields(tp.metadata).get("partitions", "")
+    return int(count) if count.isdigit() else None
 
 
 def _check_offsets(consumer: Consumer, group: str, found: Partitions) -> None:

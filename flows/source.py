@@ -32,7 +32,7 @@ from typing import Any, cast
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from flows import control, discovery, halt, metrics, shutdown
+from flows import control, discovery, fencing, halt, metrics, shutdown
 from flows.config import Settings
 from flows.errors import PipelineError
 from flows.runtime import run_args
@@ -57,6 +57,7 @@ RECOMMIT_S = 3600.0
 a partition's offset `offsets.retention.minutes` (7 days) after its last commit."""
 _SEP = "/"  # never legal in a topic name, so `topic/partition` splits unambiguously
 _IDLE_WAKE = timedelta(milliseconds=20)
+_FENCE_RETRY = timedelta(milliseconds=200)  # waiting to own the partition (flows.fencing)
 _LIVE: weakref.WeakSet[KafkaSourcePartition] = weakref.WeakSet()
 
 
@@ -142,8 +143,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         )
         tp = TopicPartition(topic, partition)
         low, high = self._consumer.get_watermark_offsets(tp, timeout=30)
-        committed = self._consumer.committed([tp], timeout=30)[0].offset
+        group = self._consumer.committed([tp], timeout=30)[0]
+        committed = group.offset
         self._committed: int | None = committed if committed >= 0 else None
+        self._fence = fencing.PartitionFence.of(settings, topic, partition, group)
         if resume_offset is not None:
             start, origin = resume_offset, "recovery snapshot"
         elif self._committed is not None:
@@ -188,6 +191,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._commit_metadata = discovery.commit_metadata(settings, topic)
         self._held_snapshotted = False
         self._inflight = 0  # asynchronous commits not yet answered
+        self._durable = self._next  # then each snapshot, once next_batch is called again
+        if self._fence is not None and self._committed is not None:
+            self._commit(self._committed, final=True)  # announce this owner (flows.fencing)
+            self._fence.announced()
         self._consumer.assign([TopicPartition(topic, partition, self._next)])
         logger.info(
             "source partition %s/%d starts at offset %d (%s); log end %d",
@@ -208,6 +215,13 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     def next_batch(self) -> list[Message]:
         """Commit what the previous epoch made durable, then read what is ready (never blocks)."""
         progress.enrol()
+        if self._fence is not None and self._fence.due():  # once per epoch: flows.fencing
+            verdict = self._fence.check(self._consumer)  # a newer owner: the process ends
+            if verdict is fencing.Verdict.UNKNOWN:
+                self._awake = datetime.now(UTC) + _FENCE_RETRY
+                return []
+            if verdict is fencing.Verdict.TAKEN_BACK and self._pending is None:
+                self._pending = self._durable
         held = halt.held(self._topic, self._partition)
         if held is not None:  # ERRORS_TOLERANCE=none: see flows.halt
             if self._held_snapshotted:
@@ -215,11 +229,17 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
         if self._pending is not None:
-            self._commit(self._pending, final=self._finishing())
+            final = self._finishing()
+            self._commit(self._pending, final, release=final and self._pending == self._next)
         if self._finishing():
             if self._committed == self._next:
+                if self._fence is not None and self._committed is not None:
+                    self._fence.release(self._consumer, self._committed, self._commit_metadata)
                 raise StopIteration
             self._awake = datetime.now(UTC) + _IDLE_WAKE
+            return []
+        if self._fence is not None and self._fence.waiting():
+            self._awake = datetime.now(UTC) + _FENCE_RETRY
             return []
         if control.paused is not self._paused:
             self._pause_or_resume()
@@ -246,6 +266,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     def snapshot(self) -> int:
         """The next offset to read, but never past a record the processor has not examined
         yet; committed to the group once this epoch is durable."""
+        progress.epoch_closed()
         # Bytewax snapshots in the activation that emitted the last batch, before the
         # processor sees it (flows.halt): until then, resume at that batch.
         examined = halt.EXAMINED.get((self._topic, self._partition), self._emitted)
@@ -256,6 +277,9 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             self._held_snapshotted = True
         if offset != self._committed or time.monotonic() - self._committed_at > RECOMMIT_S:
             self._pending = offset
+        self._durable = offset
+        if self._fence is not None:
+            self._fence.mark_due()
         high = self._consumer.get_watermark_offsets(
             TopicPartition(self._topic, self._partition), cached=True
         )
@@ -266,7 +290,6 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     def close(self) -> None:
         """Leave without committing: only next_batch commits, after the epoch is durable."""
         _LIVE.discard(self)
-        progress.epoch_closed()
         self._consumer.close()
 
     # -- helpers
@@ -301,10 +324,13 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         if position > self._next:
             self._next = position
 
-    def _commit(self, offset: int, final: bool) -> None:
+    def _commit(self, offset: int, final: bool, release: bool = False) -> None:
         """Commit `offset`; `_committed` moves only when Kafka confirms (`_on_commit`), so a
-        failed commit is queued again by the next snapshot."""
-        tp = TopicPartition(self._topic, self._partition, offset, self._commit_metadata)
+        failed commit is queued again by the next snapshot. `release`: the last commit."""
+        meta = self._commit_metadata
+        if self._fence is not None:
+            meta = self._fence.metadata(meta, released=release)
+        tp = TopicPartition(self._topic, self._partition, offset, meta)
         self._pending = None
         if final:
             # An earlier asynchronous commit still parked in librdkafka (broker away) could
@@ -321,6 +347,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                     raise KafkaException(KafkaError(KafkaError._FAIL, "commit not confirmed"))
 
             _retry(commit_now)
+            if self._fence is not None:
+                self._fence.released = release
         else:
             self._inflight += 1
             self._consumer.commit(offsets=[tp], asynchronous=True)

@@ -15,6 +15,7 @@ that reads it, with the rules across settings on the group they govern:
 - `document.DocumentSettings`: index, id, version, routing, write method;
 - `elasticsearch.ConnectionSettings`, `elasticsearch.BulkSettings`: the cluster, `_bulk`;
 - `runtime.RuntimeSettings`: graceful stop, garbage collector, metadata refresh.
+- `fencing.FencingSettings`: taking partitions over from an older instance of the group.
 - `api.ApiSettings`: the status and control API of each process.
 
 `Settings` is all of them as one flat model (`settings.bulk_max_actions`).
@@ -35,6 +36,7 @@ from flows.config.dead_letters import NULL_KEY_POLICIES, NULL_VALUE_POLICIES, De
 from flows.config.decode import REGISTRY_FORMATS, VALUE_FORMATS, DecodeSettings
 from flows.config.document import WRITE_METHODS, DocumentSettings
 from flows.config.elasticsearch import BulkSettings, ConnectionSettings
+from flows.config.fencing import FencingSettings
 from flows.config.fields import (
     KAFKA_CONFIG_PREFIX,
     SCHEMA_REGISTRY_CONFIG_PREFIX,
@@ -70,6 +72,7 @@ _SENSITIVE = re.compile(
 # the first, so this order reads (and checks) Kafka first, as the README lists them.
 class Settings(
     ApiSettings,
+    FencingSettings,
     RuntimeSettings,
     BulkSettings,
     ConnectionSettings,

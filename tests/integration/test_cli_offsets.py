@@ -64,8 +64,10 @@ def test_reset_to_a_time_sets_the_first_offset_at_or_after_it(services, names) -
     assert run_cli(services, env, "offsets", "reset", "--to", "99", *one).exit_code == 0
     assert committed_offsets(services.kafka, group, topic) == {0: 10, 1: 5}  # within the log
 
-    # The partition count the flow commits with its offsets survives a reset.
-    assert _metadata(services.kafka, group, topic) == ["es-sink partitions=2"] * 2
+    # The metadata the flow commits with its offsets (partition count, owner) survives a reset.
+    kept = _metadata(services.kafka, group, topic)
+    assert [m.split(" owner=")[0] for m in kept] == ["es-sink partitions=2"] * 2
+    assert all(m.endswith(" released") for m in kept), kept
     shown = run_cli(services, env, "offsets", "show", "--json").json()
     assert [(p["partition"], p["committed"], p["lag"]) for p in shown["partitions"]] == [
         (0, 10, 0), (1, 5, 0)

@@ -19,7 +19,7 @@ RANKS = {
     **dict.fromkeys(("halt", "recovery_store", "shutdown", "collector", "control"), 1),
     **dict.fromkeys(("decode", "transforms"), 2),
     "config": 3,
-    **dict.fromkeys(("topics", "sink_config"), 4),
+    **dict.fromkeys(("topics", "sink_config", "fencing"), 4),
     "discovery": 5,
     **dict.fromkeys(("source", "process"), 6),
     "pipeline": 7,

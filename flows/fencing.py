@@ -1,0 +1,316 @@
+"""Fencing: two instances with the same KAFKA_GROUP_ID never both write and commit for long.
+
+The source `assign()`s its partitions and commits as a "simple consumer" (generation -1),
+so Kafka itself fences nothing: a rolling update's overlap, a process that only looked
+dead, or a second cluster with the same group would all write and commit (review design
+weakness 6). The group's commits are the one place every instance already reads and
+writes, so they carry the ownership too. Every commit's metadata names its committer:
+
+    es-sink partitions=4 owner=5f0c9a1e2b7d gen=3 since=1767225600000 lease=80 host=h pid=7
+
+- `owner` is one random token per process (the processes of a cluster own disjoint
+  partitions, so each is fenced by the partitions it reads); `gen` orders owners without
+  clocks: a partition's new owner takes the committed `gen` + 1 (equal generations, two
+  instances started at the same moment, fall back to `since`, then the token);
+  `lease` is how long a successor must wait for this owner to notice it (2 epochs plus
+  ES_REQUEST_TIMEOUT_S: one epoch to reach its next check, and its last bulk);
+  `released` (a final word) says the owner stopped cleanly after its last commit.
+- At start a partition re-commits the group's offset (unchanged) under its own name: that
+  is the announcement. If the previous owner had not released the partition, the
+  partition reads nothing for FENCE_WAIT_S (unset: the lease the owner advertised), so
+  that an owner still running sees the announcement at its next check and stops first.
+  A clean stop releases, so a restart does not wait; nor does a restart after a crash on
+  the same host (`node` and `start` name the kernel boot, pid namespace and process start:
+  no live process matches them). A crash elsewhere (another host, a container restarted
+  in a new pid namespace) waits: nothing tells a dead owner from a silent one.
+- Once per epoch, before its commit (in the epoch's first `next_batch`, which Bytewax calls
+  only after the previous epoch's sink flushes), a partition reads its committed metadata
+  (one `committed()` call): a newer owner ends the process at once with one line and
+  FENCED_EXIT_STATUS, committing and flushing nothing more; an older owner's commit (one
+  that raced the announcement) is overwritten by committing again, and a partition still
+  waiting starts its wait again; when the check fails (group coordinator away) the
+  partition reads and commits nothing until a check succeeds.
+
+What this guarantees, and the timing it assumes: an older instance that runs its epochs
+(each ends within its lease: `-s` plus the time its sinks take to flush) stops before the
+newer one reads, so it neither commits over the newer one nor overwrites its documents. An
+older instance frozen longer than the lease (SIGSTOP, a VM paused) may, when it thaws,
+finish the epoch it was in (at most one epoch of writes and one commit, which the newer
+owner's next check undoes) before its next check stops it; only external versioning
+(VERSION=offset or header) keeps such late writes from replacing newer documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+from typing import NoReturn
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from flows import shutdown
+from flows.config import Settings
+from flows.runtime import run_args
+from sinks import failing
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FENCED_EXIT_STATUS", "Owner", "PartitionFence", "Verdict", "metadata_fields"]
+
+FENCED_EXIT_STATUS = 3
+"""A newer instance took over: restarting this one would only take the partitions back."""
+CHECK_TIMEOUT_S = 5.0
+_PREFIX = "es-sink"
+
+
+def metadata_fields(metadata: str | None) -> dict[str, str]:
+    """The fields of an es-sink commit's metadata (`key=value`; a bare word maps to "");
+    {} for metadata es-sink did not write."""
+    words = (metadata or "").split()
+    if not words or words[0] != _PREFIX:
+        return {}
+    return dict(word.partition("=")[::2] for word in words[1:])
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who committed a partition's offset, as its metadata says."""
+
+    token: str
+    gen: int
+    since_ms: int
+    lease_s: float
+    host: str = "?"
+    pid: int = 0
+    node: str = ""
+    """This kernel boot and pid namespace (a hash): where `pid` names the process."""
+    start: int = 0
+    """The process's start time in clock ticks after boot (tells a reused pid apart)."""
+    released: bool = False
+
+    @classmethod
+    def parse(cls, metadata: str | None) -> Owner | None:
+        """The owner named in `metadata` (None: no owner, e.g. a commit before fencing)."""
+        f = metadata_fields(metadata)
+        try:
+            return cls(
+                f["owner"], int(f["gen"]), int(f["since"]), float(f["lease"]),
+                f.get("host", "?"), int(f.get("pid", 0)), f.get("node", ""),
+                int(f.get("start", 0)), "released" in f,
+            )  # fmt: skip
+        except (KeyError, ValueError):
+            return None
+
+    def words(self) -> str:
+        """The metadata fields naming this owner."""
+        out = (
+            f"owner={self.token} gen={self.gen} since={self.since_ms} lease={self.lease_s:g} "
+            f"host={self.host} pid={self.pid}"
+        )
+        if self.node:
+            out += f" node={self.node} start={self.start}"
+        return f"{out} released" if self.released else out
+
+    def describe(self) -> str:
+        """`<token> (host h, pid 7, generation 3) since <UTC time>` for log lines."""
+        since = datetime.fromtimestamp(self.since_ms / 1000, UTC).isoformat(timespec="seconds")
+        return (
+            f"{self.token} (host {self.host}, pid {self.pid}, generation {self.gen}) since {since}"
+        )
+
+    def outranks(self, other: Owner) -> bool:
+        """Whether this owner is newer than `other` (generation, then start, then token)."""
+        return (self.gen, self.since_ms, self.token) > (other.gen, other.since_ms, other.token)
+
+    def known_stopped(self) -> bool:
+        """Whether this owner's process is certainly gone: it ran in this kernel boot and pid
+        namespace, and no live process has its pid and start time (a crash on this host)."""
+        me = _me()
+        return bool(self.node) and self.node == me.node and _started(self.pid) != self.start
+
+
+_lock = threading.Lock()
+_process: Owner | None = None
+
+
+def _me() -> Owner:
+    """This process as an owner (generation and lease to fill in), made on first use."""
+    global _process
+    with _lock:
+        if _process is None:
+            pid = os.getpid()
+            _process = Owner(
+                uuid.uuid4().hex[:12], 0, int(time.time() * 1000), 0.0,
+                socket.gethostname() or "?", pid, _node(), _started(pid) or 0,
+            )  # fmt: skip
+        return _process
+
+
+def _node() -> str:
+    """A hash of the kernel boot and this pid namespace ("" where /proc has neither)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+    return hashlib.sha256(f"{boot} {namespace}".encode()).hexdigest()[:12]
+
+
+def _started(pid: int) -> int | None:
+    """The start time (clock ticks after boot) of live process `pid`; None if none (or a
+    zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # the command name may hold spaces
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def lease_s(settings: Settings) -> float:
+    """How long a successor must wait for this process to notice it (see the module doc)."""
+    return 2 * run_args().epoch_s + settings.es_request_timeout_s
+
+
+class Verdict(Enum):
+    """What a partition's committed metadata says about its ownership."""
+
+    OWNED = "owned"
+    """Ours, or nobody's (no committed offset yet)."""
+    TAKEN_BACK = "taken back"
+    """An older owner (or a commit without one) is there: commit again under our name."""
+    UNKNOWN = "unknown"
+    """The check failed: read and commit nothing until it succeeds."""
+
+
+class PartitionFence:
+    """One source partition's ownership: announced at start, checked once per epoch."""
+
+    def __init__(self, settings: Settings, topic: str, partition: int, committed: TopicPartition):
+        self._topic, self._partition = topic, partition
+        has_offset = committed.offset >= 0
+        self.previous = Owner.parse(committed.metadata) if has_offset else None
+        gen = self.previous.gen + 1 if self.previous is not None else 1
+        self.owner = replace(_me(), gen=gen, lease_s=lease_s(settings))
+        self._wait_s = 0.0
+        prev = self.previous
+        self._crashed_here = prev is not None and not prev.released and prev.known_stopped()
+        if prev is not None and not prev.released and not self._crashed_here:
+            self._wait_s = prev.lease_s if settings.fence_wait_s is None else settings.fence_wait_s
+        self._deadline: float | None = None  # waiting until then (monotonic), then a check
+        self._due = False
+        self._failing_since: float | None = None
+        self.released = False
+
+    @classmethod
+    def of(
+        cls, settings: Settings, topic: str, partition: int, committed: TopicPartition
+    ) -> PartitionFence | None:
+        """The partition's fence, None with FENCING=false."""
+        return cls(settings, topic, partition, committed) if settings.fencing else None
+
+    def metadata(self, base: str, *, released: bool = False) -> str:
+        """`base` (discovery's partition count) plus this owner's fields."""
+        owner = replace(self.owner, released=released)
+        return f"{base or _PREFIX} {owner.words()}"
+
+    def announced(self) -> None:
+        """The announcement was committed: start the wait, if the previous owner needs one."""
+        if self._crashed_here and self.previous is not None:
+            logger.info(
+                "source partition %s/%d: its previous owner %s stopped without releasing it "
+                "and no longer runs on this host; not waiting",
+                self._topic, self._partition, self.previous.describe(),
+            )  # fmt: skip
+        if self._wait_s > 0:
+            self._deadline = time.monotonic() + self._wait_s
+            assert self.previous is not None
+            logger.warning(
+                "source partition %s/%d: its previous owner %s did not release it (it "
+                "crashed, or it still runs); waiting FENCE_WAIT_S=%gs before reading it, so "
+                "that a running owner sees this instance and stops",
+                self._topic, self._partition, self.previous.describe(), self._wait_s,
+            )  # fmt: skip
+
+    def mark_due(self) -> None:
+        """An epoch ended (`snapshot()`): check at the next `next_batch`."""
+        self._due = True
+
+    def due(self) -> bool:
+        """A check is owed: once per epoch, and when the wait is over."""
+        return self._due or (self._deadline is not None and time.monotonic() >= self._deadline)
+
+    def waiting(self) -> bool:
+        """Still waiting for the previous owner to notice (read nothing)."""
+        return self._deadline is not None
+
+    def check(self, consumer: Consumer) -> Verdict:
+        """Read the committed metadata once; a newer owner ends the process (`stop`)."""
+        tp = TopicPartition(self._topic, self._partition)
+        try:
+            committed = consumer.committed([tp], timeout=CHECK_TIMEOUT_S)[0]
+        except KafkaException as e:
+            if self._failing_since is None:
+                self._failing_since = time.monotonic()
+                logger.warning(
+                    "source partition %s/%d: cannot check who owns it (%s); reading and "
+                    "committing nothing until Kafka answers",
+                    self._topic, self._partition, e,
+                )  # fmt: skip
+            return Verdict.UNKNOWN
+        self._due = False
+        self._failing_since = None
+        if committed.offset < 0:
+            return Verdict.OWNED  # nobody committed it: nobody to fence
+        found = Owner.parse(committed.metadata)
+        if found is not None and found.token != self.owner.token and found.outranks(self.owner):
+            stop(self._topic, self._partition, found)
+        if found is None or found.token != self.owner.token:
+            if self._deadline is not None:  # it committed over the announcement: again
+                self._deadline = time.monotonic() + self._wait_s
+            return Verdict.TAKEN_BACK
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            self._deadline = None
+            logger.warning(
+                "source partition %s/%d: taken over from %s; reading",
+                self._topic, self._partition, self.previous.describe() if self.previous else "?",
+            )  # fmt: skip
+        return Verdict.OWNED
+
+    def release(self, consumer: Consumer, offset: int, base: str) -> None:
+        """After a clean stop's last commit: the offset again, marked released, so that the
+        next owner does not wait (one try: a failure only makes it wait)."""
+        if self.released:
+            return
+        tp = TopicPartition(
+            self._topic, self._partition, offset, self.metadata(base, released=True)
+        )
+        try:
+            consumer.commit(offsets=[tp], asynchronous=False)
+            self.released = True
+        except KafkaException as e:
+            logger.warning(
+                "source partition %s/%d: not released (the next start waits FENCE_WAIT_S): %s",
+                self._topic, self._partition, e,
+            )  # fmt: skip
+
+
+def stop(topic: str, partition: int, newer: Owner) -> NoReturn:
+    """End the process now: no flush, no commit (the newer owner reads the rest again)."""
+    failing.mark()
+    logger.error(
+        "fenced: partition %s/%d is owned by a newer instance %s; this instance stops "
+        "without committing",
+        topic, partition, newer.describe(),
+    )  # fmt: skip
+    shutdown.flush_logs()
+    os._exit(FENCED_EXIT_STATUS)

@@ -1,0 +1,257 @@
+"""Fencing (issue 15, item 2): two instances of one KAFKA_GROUP_ID never both write and
+commit. A rolling update's overlap against the real broker and node; clean and crashed
+restarts do not wait for a lease they do not need.
+
+Elasticsearch's `_seq_no` orders every write of a one-shard index, which tells whether
+the older instance wrote anything after the newer one began: documents carry the name of
+the instance that wrote them (`insert_field`), and every record its increasing `seq`
+(VERSION=none, so a late older write would simply land last).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from devkit.kafka import end_offsets
+from flows.fencing import FENCED_EXIT_STATUS, Owner
+from tests.conftest import (
+    Services,
+    consume_all,
+    create_topic,
+    produce,
+    run_flow,
+    start_flow,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+LEASE_S = 7.0  # what the older instance advertises: twice -s 1, plus ES_REQUEST_TIMEOUT_S=5
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def committed(kafka: str, group: str, topic: str, parts: int) -> list[TopicPartition]:
+    """The group's committed offsets and metadata, per partition."""
+    c = Consumer({"bootstrap.servers": kafka, "group.id": group, "enable.auto.commit": False})
+    try:
+        return c.committed([TopicPartition(topic, p) for p in range(parts)], timeout=10)
+    finally:
+        c.close()
+
+
+def logged_at(log: Path, needle: str) -> list[float]:
+    """The times (epoch seconds) of the log lines that contain `needle`."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        if needle in line and (m := _STAMP.match(line)):
+            out.append(datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return out
+
+
+def writer_config(tmp_path: Path, name: str) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"transforms:\n  - {{type: insert_field, field: writer, value: {name}}}\n")
+    return str(path)
+
+
+class Producer:
+    """Writes `{"seq": n}` to a few hot keys, about 400 records a second, until stopped."""
+
+    def __init__(self, kafka: str, topic: str) -> None:
+        self._kafka, self._topic = kafka, topic
+        self._stop = threading.Event()
+        self.seq = 100_000
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batch = []
+            for _ in range(20):
+                self.seq += 1
+                key = f"hot-{self.seq % 40}".encode()
+                batch.append((key, json.dumps({"seq": self.seq}).encode()))
+            produce(self._kafka, self._topic, batch)
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Any]]:
+    started: list[Any] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
+def test_a_rolling_update_overlap_fences_the_older_instance(
+    services: Services, names: Callable[[str], str], tmp_path: Path, es: Any, procs: list[Any]
+) -> None:
+    topic, group = names("fence"), names("fence-group")
+    create_topic(services.kafka, topic, partitions=2)
+    es.indices.create(index=topic, settings={"number_of_shards": 1, "number_of_replicas": 0})
+    # Written by A only: B starts from A's committed offsets, past these.
+    produce(services.kafka, topic, [(f"old-{i}".encode(), b'{"seq": %d}' % i) for i in range(300)])
+    base = {"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": group, "KAFKA_STOP_AT_END": "false"}
+    producer = Producer(services.kafka, topic)
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    env_a = {**base, "ES_SINK_CONFIG": writer_config(tmp_path, "A"), "ES_REQUEST_TIMEOUT_S": "5"}
+    a = start_flow(services, env_a, log=log_a)
+    procs.append(a)
+    try:
+        wait_for(
+            lambda: all(tp.offset > 300 for tp in committed(services.kafka, group, topic, 2)),
+            60,
+            "A to index and commit",
+        )
+        env_b = {**base, "ES_SINK_CONFIG": writer_config(tmp_path, "B")}
+        b = start_flow(services, env_b, log=log_b)
+        procs.append(b)
+        assert a.wait(60) == FENCED_EXIT_STATUS, log_a.read_text()
+        time.sleep(0.5)  # a bulk A had sent just before its end has landed by now
+        sampled_at = time.time()
+        before_b = max_seq_no(es, topic)
+        history = OffsetHistory(services.kafka, group, topic)
+        wait_for(lambda: len(logged_at(log_b, "taken over from")) == 2, 60, "B to take over")
+        time.sleep(3)
+    finally:
+        producer.stop()
+    ends = end_offsets(services.kafka, topic)
+    wait_for(
+        lambda: (
+            {tp.partition: tp.offset for tp in committed(services.kafka, group, topic, 2)} == ends
+        ),
+        60,
+        "B to commit everything",
+    )
+    history.stop()
+    b.send_signal(signal.SIGTERM)
+    assert b.wait(60) == 0, log_b.read_text()
+
+    # A stopped with one line, within the lease B waited, before B read anything.
+    announced = logged_at(log_b, "waiting FENCE_WAIT_S=7s before reading it")
+    fenced = logged_at(log_a, "fenced: partition ")
+    assert len(announced) == 2 and len(fenced) == 1, log_a.read_text()
+    assert fenced[0] - min(announced) <= LEASE_S
+    took_over = logged_at(log_b, "taken over from")
+    assert min(took_over) > sampled_at, "B read before A's writes were all in"
+    tokens = {Owner.parse(tp.metadata) for tp in committed(services.kafka, group, topic, 2)}
+    (b_owner,) = tokens  # one owner for both partitions: B, released by its clean stop
+    assert b_owner is not None and b_owner.released
+    line = next(ln for ln in log_a.read_text().splitlines() if "fenced: " in ln)
+    assert re.search(
+        rf"fenced: partition {topic}/[01] is owned by a newer instance {b_owner.token} "
+        rf"\(host .+, pid {b.pid}, generation 2\) since .+; this instance stops without "
+        rf"committing$",
+        line,
+    ), line
+    assert "Traceback" not in log_a.read_text()
+
+    # Nothing A wrote landed after B began; every key holds its latest record.
+    docs = all_docs(es, topic)
+    latest: dict[str, int] = {}
+    for m in consume_all(services.kafka, topic, strict=True):
+        latest[m.key().decode()] = json.loads(m.value())["seq"]
+    assert {k: d["seq"] for k, d in docs.items()} == latest
+    late = [k for k, d in docs.items() if d["writer"] == "A" and d["_seq_no"] > before_b]
+    assert late == []
+    assert {d["writer"] for k, d in docs.items() if k.startswith("old-")} == {"A"}
+    assert {d["writer"] for k, d in docs.items() if k.startswith("hot-")} == {"B"}
+    # The group's offsets never went back once A had stopped.
+    assert history.samples and history.never_back(), history.samples
+
+
+def max_seq_no(es: Any, index: str) -> int:
+    es.indices.refresh(index=index)
+    hit = es.search(index=index, size=1, sort=[{"_seq_no": "desc"}], seq_no_primary_term=True)
+    return int(hit["hits"]["hits"][0]["_seq_no"])
+
+
+def all_docs(es: Any, index: str) -> dict[str, dict[str, Any]]:
+    es.indices.refresh(index=index)
+    hits = es.search(index=index, size=10_000, seq_no_primary_term=True)["hits"]["hits"]
+    return {h["_id"]: {**h["_source"], "_seq_no": h["_seq_no"]} for h in hits}
+
+
+class OffsetHistory:
+    """The group's committed offsets, sampled every 0.2 s."""
+
+    def __init__(self, kafka: str, group: str, topic: str) -> None:
+        self.samples: list[dict[int, int]] = []
+        self._stop = threading.Event()
+        self._args = (kafka, group, topic)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        kafka, group, topic = self._args
+        while not self._stop.wait(0.2):
+            self.samples.append(
+                {tp.partition: tp.offset for tp in committed(kafka, group, topic, 2)}
+            )
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def never_back(self) -> bool:
+        return all(
+            later[p] >= earlier[p]
+            for earlier, later in zip(self.samples, self.samples[1:], strict=False)
+            for p in earlier
+        )
+
+
+def test_a_clean_restart_and_a_crash_on_this_host_do_not_wait(
+    services: Services, names: Callable[[str], str], tmp_path: Path
+) -> None:
+    topic, group = names("fence-restart"), names("fence-restart-group")
+    create_topic(services.kafka, topic, partitions=2)
+    produce(services.kafka, topic, [(f"k{i}".encode(), b"{}") for i in range(50)])
+    env = {"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": group}
+    first = run_flow(services, env)
+    assert first.returncode == 0, first.output
+    owners = [Owner.parse(tp.metadata) for tp in committed(services.kafka, group, topic, 2)]
+    assert all(o is not None and o.released and o.gen == 1 for o in owners), owners
+
+    # A clean stop released both partitions: the next start does not wait.
+    produce(services.kafka, topic, [(b"k-again", b"{}")])
+    again = run_flow(services, env)
+    assert again.returncode == 0, again.output
+    assert "FENCE_WAIT_S" not in again.output
+    owners = [Owner.parse(tp.metadata) for tp in committed(services.kafka, group, topic, 2)]
+    assert all(o is not None and o.released and o.gen == 2 for o in owners), owners
+
+    # SIGKILL: nothing released, but the owner no longer runs on this host: no wait either.
+    log = tmp_path / "killed.log"
+    killed = start_flow(services, {**env, "KAFKA_STOP_AT_END": "false"}, log=log)
+    wait_for(
+        lambda: all(
+            (o := Owner.parse(tp.metadata)) is not None and o.gen == 3
+            for tp in committed(services.kafka, group, topic, 2)
+        ),
+        60,
+        "the third run to announce itself",
+    )
+    killed.kill()
+    killed.wait(30)
+    after = run_flow(services, {**env, "FENCE_WAIT_S": "600"}, timeout=120)
+    assert after.returncode == 0, after.output
+    assert after.output.count("and no longer runs on this host; not waiting") == 2, after.output
+    assert "waiting FENCE_WAIT_S" not in after.output

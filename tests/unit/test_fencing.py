@@ -1,0 +1,225 @@
+"""Fencing's metadata, ordering and the source partition's announce/wait/check/release,
+on a fake broker shared by two "instances" (fault injection only; the real overlap is
+tests/integration/test_fencing.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import subprocess
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from flows import discovery, fencing, halt, shutdown
+from flows.config import Settings
+from flows.fencing import Owner, metadata_fields
+from flows.source import KafkaSourcePartition
+from tests.unit.test_source import FakeConsumer
+
+
+class Broker:
+    """The group's committed offset and metadata of partition t/0."""
+
+    def __init__(self) -> None:
+        self.offset = -1001
+        self.metadata: str | None = None
+        self.commits: list[tuple[int, str]] = []
+        self.fail_committed = False
+        self.reads = 0
+
+
+BROKER = Broker()
+
+
+class GroupConsumer(FakeConsumer):
+    """FakeConsumer whose commits, with their metadata, go to the shared BROKER."""
+
+    def committed(self, tps: list[TopicPartition], **_: Any) -> list[TopicPartition]:
+        BROKER.reads += 1
+        if BROKER.fail_committed:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        if BROKER.metadata is None:
+            return [TopicPartition("t", 0, BROKER.offset)]
+        return [TopicPartition("t", 0, BROKER.offset, BROKER.metadata)]
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> Any:
+        tp = offsets[0]
+        BROKER.offset, BROKER.metadata = tp.offset, tp.metadata
+        BROKER.commits.append((tp.offset, tp.metadata))
+        return super().commit(offsets, asynchronous)
+
+
+class Fenced(Exception):
+    pass
+
+
+@pytest.fixture
+def make(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`make(**env)`: a new "instance" (its own token) reading t/0 against BROKER."""
+    global BROKER
+    BROKER = Broker()
+    monkeypatch.setattr("flows.source.Consumer", GroupConsumer)
+    monkeypatch.setattr(halt, "HELD", {})
+    monkeypatch.setattr(halt, "EXAMINED", {})
+    monkeypatch.setattr(shutdown, "_requested", type(shutdown._requested)())
+
+    def stop(topic: str, partition: int, newer: Owner) -> None:
+        raise Fenced(newer.token)
+
+    monkeypatch.setattr(fencing, "stop", stop)
+
+    def build(**env: str) -> KafkaSourcePartition:
+        monkeypatch.setattr(fencing, "_process", None)  # a new process: a new token
+        settings = Settings.load({"KAFKA_TOPICS": "t", **env})
+        return KafkaSourcePartition(settings, "t", 0, None)
+
+    return build
+
+
+def owner(part: KafkaSourcePartition) -> Owner:
+    assert part._fence is not None
+    return part._fence.owner
+
+
+def epoch(part: KafkaSourcePartition) -> list[Any]:
+    """End an epoch (the processor saw everything read) and read once, as Bytewax does."""
+    halt.EXAMINED[("t", 0)] = part._emitted
+    part.snapshot()
+    return part.next_batch()
+
+
+def test_the_metadata_keeps_the_partition_count_readable() -> None:
+    me = dataclasses.replace(fencing._me(), gen=3, lease_s=80.0)
+    meta = f"es-sink partitions=4 {me.words()}"
+    assert metadata_fields(meta)["partitions"] == "4"
+    assert Owner.parse(meta) == me
+    assert Owner.parse(f"{meta} released") == dataclasses.replace(me, released=True)
+    assert Owner.parse("es-sink partitions=4") is None  # committed before fencing
+    assert metadata_fields("something else") == {}
+    for text, count in (("es-sink partitions=4", 4), (meta, 4), ("", None), ("x", None)):
+        assert discovery._committed_count(TopicPartition("t", 0, 1, text)) == count
+
+
+def test_owners_are_ordered_by_generation_then_start_then_token() -> None:
+    a = Owner("aaa", 2, 5_000, 10.0)
+    assert Owner("zzz", 3, 1_000, 10.0).outranks(a)
+    assert not Owner("zzz", 1, 9_000, 10.0).outranks(a)
+    assert Owner("bbb", 2, 5_001, 10.0).outranks(a)
+    assert Owner("bbb", 2, 5_000, 10.0).outranks(a)
+    assert not a.outranks(a)
+
+
+def test_only_a_process_gone_from_this_host_is_known_stopped() -> None:
+    me = fencing._me()
+    assert not me.known_stopped()  # alive
+    child = subprocess.Popen(["sleep", "30"])
+    started = fencing._started(child.pid)
+    assert started is not None
+    other = dataclasses.replace(me, pid=child.pid, start=started)
+    assert not other.known_stopped()
+    child.kill()
+    child.wait()
+    assert other.known_stopped()  # gone (and reaped)
+    assert dataclasses.replace(me, start=me.start + 1).known_stopped()  # its pid was reused
+    assert not dataclasses.replace(other, node="elsewhere").known_stopped()  # cannot tell
+    assert not dataclasses.replace(other, node="").known_stopped()
+
+
+def test_a_new_group_neither_announces_nor_waits(make: Any) -> None:
+    part = make()
+    assert BROKER.commits == []
+    assert len(part.next_batch()) == 3
+    epoch(part)  # commits 3 under its name
+    assert BROKER.commits == [(3, f"es-sink {owner(part).words()}")]
+    assert owner(part).gen == 1
+
+
+def test_an_owner_that_did_not_release_is_waited_for_then_taken_over(make: Any) -> None:
+    import time
+
+    older = make()
+    older.next_batch()
+    epoch(older)  # older commits 3, generation 1
+    newer = make(FENCE_WAIT_S="0.3")
+    assert owner(newer).gen == 2
+    assert BROKER.commits[-1] == (3, f"es-sink {owner(newer).words()}")  # the announcement
+    BROKER.offset = 0  # so that the newer one has something to read
+    newer._next = newer._emitted = 0
+    newer._consumer.assign([TopicPartition("t", 0, 0)])
+    assert newer.next_batch() == []  # waiting
+    with pytest.raises(Fenced, match=owner(newer).token):
+        epoch(older)  # the older one's next epoch: it stops before committing
+    assert BROKER.commits[-1][1] == f"es-sink {owner(newer).words()}"
+    time.sleep(0.3)
+    reads = BROKER.reads
+    assert len(newer.next_batch()) == 3  # the wait is over; checked once more, then reads
+    assert BROKER.reads == reads + 1
+
+
+def test_an_older_commit_over_the_announcement_is_overwritten_and_waited_for_again(
+    make: Any,
+) -> None:
+    older = make()
+    older.next_batch()
+    epoch(older)
+    older_meta = BROKER.metadata
+    newer = make(FENCE_WAIT_S="600")
+    BROKER.metadata = older_meta  # the older one's commit raced the announcement
+    deadline = newer._fence._deadline  # type: ignore[union-attr]
+    assert epoch(newer) == []
+    assert BROKER.commits[-1] == (3, f"es-sink {owner(newer).words()}")  # committed again
+    assert newer._fence._deadline > deadline  # type: ignore[union-attr,operator]
+
+
+def test_an_unanswered_check_reads_and_commits_nothing(make: Any) -> None:
+    part = make()
+    part.next_batch()
+    halt.EXAMINED[("t", 0)] = 3
+    part.snapshot()
+    BROKER.fail_committed = True
+    commits = list(BROKER.commits)
+    assert part.next_batch() == []
+    assert part.next_batch() == []
+    assert BROKER.commits == commits
+    BROKER.fail_committed = False
+    part.next_batch()
+    assert BROKER.commits[-1][0] == 3
+
+
+def test_a_clean_end_releases_the_partition(make: Any) -> None:
+    part = make(KAFKA_STOP_AT_END="true")
+    part.next_batch()
+    halt.EXAMINED[("t", 0)] = 3
+    part.snapshot()
+    with pytest.raises(StopIteration):
+        part.next_batch()  # the final commit, released
+    assert BROKER.commits[-1] == (3, f"es-sink {owner(part).words()} released")
+    restarted = make(FENCE_WAIT_S="600")
+    assert not restarted._fence.waiting()  # type: ignore[union-attr]
+
+
+def test_fencing_off_names_no_owner_and_checks_nothing(make: Any) -> None:
+    part = make(FENCING="false")
+    part.next_batch()
+    epoch(part)
+    assert BROKER.commits == [(3, "")]
+    assert BROKER.reads == 1  # the start position only
+
+
+def test_stop_says_who_took_over_in_one_line_and_exits_3(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    exits: list[int] = []
+    monkeypatch.setattr(fencing.os, "_exit", exits.append)
+    monkeypatch.setattr("sinks.failing._failing", type(shutdown._requested)())
+    newer = Owner("5f0c9a1e2b7d", 4, 1_767_225_600_000, 80.0, "host-b", 7)
+    with caplog.at_level(logging.ERROR):
+        fencing.stop("orders", 2, newer)
+    assert exits == [fencing.FENCED_EXIT_STATUS] == [3]
+    assert caplog.messages == [
+        "fenced: partition orders/2 is owned by a newer instance 5f0c9a1e2b7d (host host-b, "
+        "pid 7, generation 4) since 2026-01-01T00:00:00+00:00; this instance stops without "
+        "committing"
+    ]
