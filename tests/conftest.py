@@ -48,14 +48,15 @@ class Services:
 @pytest.fixture(scope="session")
 def services() -> Services:
     from confluent_kafka.admin import AdminClient
-    from elasticsearch import Elasticsearch
+
+    from sinks.elasticsearch.client import connect
 
     try:
         AdminClient({"bootstrap.servers": KAFKA}).list_topics(timeout=20)
     except Exception as e:
         pytest.fail(f"Kafka at {KAFKA} does not answer ({e}); run the tests with scripts/test")
     try:
-        Elasticsearch(ES_URL).cluster.health(wait_for_status="yellow", timeout="30s")
+        connect(ES_URL).cluster.health(wait_for_status="yellow", timeout="30s")
     except Exception as e:
         pytest.fail(
             f"Elasticsearch at {ES_URL} does not answer ({e}); run the tests with scripts/test"
@@ -65,9 +66,9 @@ def services() -> Services:
 
 @pytest.fixture
 def es(services: Services) -> Iterator[object]:
-    from elasticsearch import Elasticsearch
+    from sinks.elasticsearch.client import connect
 
-    client = Elasticsearch(services.es_url)
+    client = connect(services.es_url)
     yield client
     client.close()
 
@@ -76,7 +77,8 @@ def es(services: Services) -> Iterator[object]:
 def names(services: Services) -> Iterator[Callable[[str], str]]:
     """Unique lower-case names for topics and indices; all of them are deleted afterwards."""
     from confluent_kafka.admin import AdminClient
-    from elasticsearch import Elasticsearch
+
+    from sinks.elasticsearch.client import connect
 
     made: list[str] = []
     run = uuid.uuid4().hex[:8]
@@ -93,7 +95,7 @@ def names(services: Services) -> Iterator[Callable[[str], str]]:
     if doomed:
         for fut in admin.delete_topics(doomed).values():
             fut.result(30)
-    client = Elasticsearch(services.es_url)
+    client = connect(services.es_url)
     client.options(ignore_status=404).indices.delete(index=f"t-*-{run}-*")
     client.close()
 

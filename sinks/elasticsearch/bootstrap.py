@@ -11,7 +11,7 @@ from elastic_transport import ConnectionTimeout, TlsError
 from elasticsearch import ApiError, Elasticsearch
 
 from sinks.backoff import SYSTEM_CLOCK, Backoff, Clock
-from sinks.elasticsearch.client import refused, shared_client
+from sinks.elasticsearch.client import refused, server_of, shared_client
 from sinks.elasticsearch.config import EsConnection, TemplateConfig
 from sinks.errors import ConfigError
 
@@ -22,11 +22,13 @@ TEMPLATE_BACKOFF = Backoff(initial_s=0.25, max_s=30.0)
 
 
 def check_credentials(connection: EsConnection) -> None:
-    """Fail at start on what retrying cannot fix (bad credentials, an untrusted certificate);
-    an unreachable node is fine: the sink waits for it."""
+    """Fail at start on what retrying cannot fix (bad credentials, an untrusted certificate,
+    a server the sink does not support: the client's first request detects it, see
+    `server`); an unreachable node is fine: the sink waits for it."""
     client = shared_client(connection)
     try:
         client.cluster.health()
+        logger.info("ES_HOSTS answers: %s", server_of(client))
     except TlsError as e:
         msg = f"ES_CA_CERTS: TLS with {', '.join(connection.hosts)} failed: {e.message}"
         raise ConfigError(msg) from None

@@ -9,6 +9,7 @@ from elasticsearch import ApiError, Elasticsearch
 from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 
 from sinks.elasticsearch.config import EsConnection
+from sinks.elasticsearch.server import Server, ServerTransport
 from sinks.errors import ConfigError
 from sinks.resources import locked_cache
 
@@ -40,9 +41,11 @@ class _NdjsonSerializer(NdjsonSerializer):
 
 
 def make_client(connection: EsConnection) -> Elasticsearch:
-    """A client with orjson, our own retry policy (transport retries off) and the auth set."""
+    """A client with orjson, our own retry policy (transport retries off), the auth set, and
+    the transport that speaks the server's major (`server.ServerTransport`)."""
     c = connection
     kwargs: dict[str, Any] = {
+        "transport_class": ServerTransport,
         "serializers": {
             "application/json": _JsonSerializer(),
             "application/x-ndjson": _NdjsonSerializer(),
@@ -71,6 +74,17 @@ def make_client(connection: EsConnection) -> Elasticsearch:
     if not c.verify_certs:
         kwargs["verify_certs"] = False
     return Elasticsearch(**kwargs)
+
+
+def connect(hosts: str | list[str], **kwargs: Any) -> Elasticsearch:
+    """A plain client (tests, tools) that speaks the server's major like the sink's does."""
+    return Elasticsearch(hosts, transport_class=ServerTransport, **kwargs)
+
+
+def server_of(client: Elasticsearch) -> Server | None:
+    """What the client found at its hosts (None before its first answer)."""
+    transport = client.transport
+    return transport.server if isinstance(transport, ServerTransport) else None
 
 
 def refused(e: ApiError, what: str) -> ConfigError:
