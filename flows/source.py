@@ -39,6 +39,7 @@ from flows.runtime import run_args
 from flows.topics import find_topics, kafka_config_error
 from sinks import failing, progress
 from sinks.backoff import Backoff
+from sinks.resources import members
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class KafkaSource(FixedPartitionedSource[Message, int]):
         return live + discovery.retired_keys(live)
 
     @failing.on_error
+    @progress.tracked
     def build_part(
         self, step_id: str, for_part: str, resume_state: int | None
     ) -> StatefulSourcePartition[Message, int]:
@@ -109,7 +111,7 @@ class PartitionView:
 
 def partitions() -> list[PartitionView]:
     """Every Kafka partition this process reads now, in (topic, partition) order."""
-    return sorted((p.view() for p in list(_LIVE)), key=lambda v: (v.topic, v.partition))
+    return sorted((p.view() for p in members(_LIVE)), key=lambda v: (v.topic, v.partition))
 
 
 class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
@@ -212,9 +214,9 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     # -- Bytewax calls
 
     @failing.on_error
+    @progress.tracked
     def next_batch(self) -> list[Message]:
         """Commit what the previous epoch made durable, then read what is ready (never blocks)."""
-        progress.enrol()
         if self._fence is not None and self._fence.due():  # once per epoch: flows.fencing
             verdict = self._fence.check(self._consumer)  # a newer owner: the process ends
             if verdict is fencing.Verdict.UNKNOWN:
@@ -263,6 +265,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         return self._awake
 
     @failing.on_error
+    @progress.tracked
     def snapshot(self) -> int:
         """The next offset to read, but never past a record the processor has not examined
         yet; committed to the group once this epoch is durable."""
@@ -301,12 +304,13 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         """Follow `flows.control`: a paused partition's fetcher stops and its prefetched
         records are dropped (librdkafka resumes at the offset after the last record this
         partition returned); `consume()` goes on serving the commit callbacks."""
+        want = control.paused  # read once: a resume may land between two reads
         tp = [TopicPartition(self._topic, self._partition)]
-        if control.paused:
+        if want:
             self._consumer.pause(tp)
         else:
             self._consumer.resume(tp)
-        self._paused = control.paused
+        self._paused = want
 
     def view(self) -> PartitionView:
         """What the status API shows of this partition (plain reads, from another thread)."""
@@ -338,6 +342,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             deadline = time.monotonic() + 60
             while self._inflight and time.monotonic() < deadline:
                 self._consumer.consume(1, 0.2)  # serves commit callbacks; records not emitted
+                progress.beat()
 
             # The last commit before stopping must land, or a restart replays the tail.
             def commit_now() -> None:

@@ -8,7 +8,9 @@ no epoch closed for CLUSTER_STALL_S, it does not yet blame anyone: an Elasticsea
 stalls epochs too, and then a sink somewhere retries. It exits (status 1, one line) only
 when nothing in this process retries and a peer's status API does not answer either; a
 peer that answers is alive (it may be the one retrying). Without API_PORT it cannot ask, so
-it only logs the stall. Nothing was committed past what is durable, so the restart is safe.
+it only logs the stall; a peer it never reached (a network policy, API_HOST on loopback
+across hosts) is not held against the cluster. Nothing was committed past what is durable,
+so the restart is safe.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import urllib.error
 import urllib.request
 
 from flows import shutdown
-from flows.api import api_port
+from flows.api import api_urls
 from flows.config import Settings
+from flows.config.api import is_loopback
 from flows.runtime import RunArgs
 from sinks import progress
 from sinks.backoff import under_way
@@ -37,21 +40,21 @@ def watch(settings: Settings, run: RunArgs) -> None:
     """Start the watchdog thread of a cluster process (nothing for a single process)."""
     if run.processes < 2 or settings.cluster_stall_s <= 0:
         return
+    hosts = {a.rsplit(":", 1)[0] for a in run.addresses}
+    if settings.api_port is not None and len(hosts) > 1 and is_loopback(settings.api_host):
+        logger.warning(
+            "CLUSTER_STALL_S: the processes run on %d hosts but API_HOST=%s is loopback: "
+            "they cannot ask each other, so a stall is only logged",
+            len(hosts), settings.api_host,
+        )  # fmt: skip
     threading.Thread(
-        target=_loop, args=(settings, run), name="es-sink-watchdog", daemon=True
+        target=_loop, args=(Watch(settings, run),), name="es-sink-watchdog", daemon=True
     ).start()
 
 
 def peers(settings: Settings, run: RunArgs) -> list[tuple[int, str]]:
     """(process id, status API URL) of every other process, when API_PORT is set."""
-    if settings.api_port is None:
-        return []
-    out = []
-    for i, address in enumerate(run.addresses):
-        if i != run.process_id:
-            host = address.rsplit(":", 1)[0]
-            out.append((i, f"http://{host}:{api_port(settings.api_port, run.addresses, i)}"))
-    return out
+    return [(i, url) for i, url in enumerate(api_urls(settings, run)) if i != run.process_id]
 
 
 def answers(url: str) -> bool:
@@ -61,46 +64,80 @@ def answers(url: str) -> bool:
             return True
     except urllib.error.HTTPError:
         return True
-    except OSError:
+    except Exception:  # refused, timed out, not HTTP: no answer
         return False
 
 
-def verdict(settings: Settings, run: RunArgs) -> str | None:
-    """Why the process should exit now, or None."""
-    stalled = progress.since_epoch_s()
-    limit = settings.cluster_stall_s
-    if stalled is None or stalled < limit or shutdown.requested():
-        return None
-    if under_way():
-        return None  # this process retries: an outage, not a wedge
-    silent = [(i, url) for i, url in peers(settings, run) if not answers(url)]
-    if not silent:
-        return None
-    who = ", ".join(f"process {i} ({url})" for i, url in silent)
-    return (
-        f"cluster stalled: no epoch closed for {stalled:.0f}s (CLUSTER_STALL_S={limit:g}), "
-        f"nothing here retries, and {who} does not answer; exiting so that the supervisor "
-        "restarts the cluster (nothing uncommitted is lost)"
-    )
+class Watch:
+    """The watchdog's memory: since when epochs stall, and which peers ever answered (a
+    peer this process never reached, e.g. behind a network policy, proves nothing)."""
+
+    def __init__(self, settings: Settings, run: RunArgs) -> None:
+        self.settings = settings
+        self.run = run
+        self.peers = peers(settings, run)
+        self.reached: set[int] = set()
+        self.started = time.monotonic()
+        # Epochs are -s long: a stall shorter than three of them is no stall.
+        self.limit = max(settings.cluster_stall_s, 3 * run.epoch_s)
+        self.warned = False
+
+    def reached_all(self) -> bool:
+        return len(self.reached) == len(self.peers)
+
+    def stalled_s(self) -> float:
+        """Since the last epoch this process saw close, or since the watch began."""
+        since = progress.since_epoch_s()
+        return since if since is not None else time.monotonic() - self.started
+
+    def verdict(self) -> str | None:
+        """Why the process should exit now, or None; asks the peers every call."""
+        silent = []
+        for i, url in self.peers:
+            if answers(url):
+                self.reached.add(i)
+            elif i in self.reached:
+                silent.append((i, url))
+        stalled = self.stalled_s()
+        if stalled < self.limit or shutdown.requested():
+            self.warned = False
+            return None
+        if under_way() or not silent:
+            self._warn(stalled)
+            return None
+        who = ", ".join(f"process {i} ({url})" for i, url in silent)
+        return (
+            f"cluster stalled: no epoch closed for {stalled:.0f}s (CLUSTER_STALL_S="
+            f"{self.settings.cluster_stall_s:g}), nothing here retries, and {who} does not "
+            "answer; exiting so that the supervisor restarts the cluster (nothing uncommitted "
+            "is lost)"
+        )
+
+    def _warn(self, stalled: float) -> None:
+        """One line per stall (a process with no partitions sees no epochs at all)."""
+        if self.warned:
+            return
+        self.warned = True
+        logger.warning(
+            "no epoch closed for %.0fs (CLUSTER_STALL_S=%g); %s",
+            stalled, self.settings.cluster_stall_s,
+            "a retry is under way" if under_way()
+            else "every peer answers" if self.peers
+            else "set API_PORT so that the processes can tell a dead peer from a slow one",
+        )  # fmt: skip
 
 
-def _loop(settings: Settings, run: RunArgs) -> None:
-    warned_at = 0.0
+def _loop(watch: Watch) -> None:
     while True:
-        time.sleep(CHECK_EVERY_S)
-        why = verdict(settings, run)
+        # Every second until each peer answered once (they start at about the same time),
+        # so that a peer lost early is known to have been there.
+        time.sleep(CHECK_EVERY_S if watch.reached_all() else 1.0)
+        try:
+            why = watch.verdict()
+        except Exception:  # the watchdog must outlive its own bugs
+            logger.exception("cluster watchdog: a check failed")
+            continue
         if why is not None:
             logger.error("%s", why)
             shutdown.exit_now(EXIT_STATUS)
             return
-        stalled = progress.since_epoch_s()
-        limit = settings.cluster_stall_s
-        if stalled is not None and stalled >= limit and time.monotonic() - warned_at >= limit:
-            warned_at = time.monotonic()
-            logger.warning(
-                    "no epoch closed for %.0fs (CLUSTER_STALL_S=%g); %s",
-                stalled, limit,
-                "a retry is under way" if under_way()
-                else "every peer answers" if settings.api_port is not None
-                else "set API_PORT so that the processes can tell a dead peer from a slow one",
-            )  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
@@ -30,3 +31,17 @@ def locked_cache(make: Callable[[K], V]) -> Callable[[K], V]:
             return made[key]
 
     return get
+
+
+T = TypeVar("T")
+
+
+def members(live: weakref.WeakSet[T]) -> list[T]:
+    """The objects of a WeakSet other threads add to or drop from: copying it raises
+    RuntimeError when its size changes meanwhile (a partition built, a dead one collected),
+    so copy again."""
+    while True:
+        try:
+            return list(live)
+        except RuntimeError:
+            continue

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 from flows.config import Settings
 from flows.errors import ConfigError
-from flows.runtime import run_args
+from flows.runtime import RunArgs, run_args
 
 logger = logging.getLogger(__name__)
 
 SAMPLE_EVERY_S = 5.0
 """How often the rates and the readiness gauge are refreshed in the background."""
 
-__all__ = ["Api", "api_port", "serve"]
+__all__ = ["Api", "api_port", "api_urls", "serve"]
 
 
 def api_port(base: int, addresses: tuple[str, ...], process_id: int) -> int:
@@ -32,6 +32,23 @@ def api_port(base: int, addresses: tuple[str, ...], process_id: int) -> int:
         return base + process_id
     host = addresses[process_id].rsplit(":", 1)[0]
     return base + sum(a.rsplit(":", 1)[0] == host for a in addresses[:process_id])
+
+
+def api_urls(settings: Settings, run: RunArgs) -> list[str]:
+    """The status API URL of every process of the cluster, by process id (host from `-a`;
+    a single process: API_HOST, or 127.0.0.1 when it listens on every interface)."""
+    base = settings.api_port
+    if base is None:
+        return []
+    if not run.addresses:
+        every = settings.api_host in ("0.0.0.0", "::")  # noqa: S104 (a comparison)
+        host = "127.0.0.1" if every else settings.api_host
+        shown = f"[{host}]" if ":" in host else host
+        return [f"http://{shown}:{api_port(base, (), run.process_id)}"]
+    return [
+        f"http://{a.rsplit(':', 1)[0]}:{api_port(base, run.addresses, i)}"
+        for i, a in enumerate(run.addresses)
+    ]
 
 
 @dataclass

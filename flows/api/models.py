@@ -49,6 +49,9 @@ class ProcessInfo(BaseModel):
     workers: int = Field(description="worker threads of this process (-w)")
     pid: int
     group: str
+    apis: list[str] = Field(
+        description="the status API of every process of the cluster, by process id"
+    )
     started_at: str
     uptime_s: float
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from elasticsearch import Elasticsearch
+from elasticsearch import ApiError, Elasticsearch
 from prometheus_client import REGISTRY
 
 from flows import control, halt, shutdown
-from flows.api import models
+from flows.api import api_urls, models
 from flows.config import Settings
 from flows.runtime import RunArgs
 from flows.source import PartitionView, partitions
@@ -70,8 +70,11 @@ class ProcessState:
         self._run = run
         self._process_id = process_id
         self._started = time.time()
-        self._lock = threading.Lock()  # the caches; the consumer is used under it only
+        self._lock = threading.Lock()  # the rate samples and the readiness verdict
+        self._offsets_lock = threading.Lock()  # the offsets consumer and its cache
+        self._ready_lock = threading.Lock()  # the readiness consumer: /status never delays it
         self._consumer: Consumer | None = None
+        self._ready_consumer: Consumer | None = None
         self._client: Elasticsearch | None = None
         self._offsets = _Offsets()
         self._ready: tuple[float, models.Ready] | None = None
@@ -98,24 +101,24 @@ class ProcessState:
 
     # -- Kafka
 
-    def _kafka(self) -> Consumer:
+    def _new_consumer(self) -> Consumer:
         """A consumer of the flow's group that never reads, commits or joins the group: it
-        only asks for offsets (made lazily, on the API thread)."""
-        if self._consumer is None:
-            overrides = {"group.id": self._settings.group_id, "enable.auto.commit": "false"}
-            self._consumer = Consumer(self._settings.librdkafka(None, **overrides))
-        return self._consumer
+        only asks (made lazily, on the API's threads)."""
+        overrides = {"group.id": self._settings.group_id, "enable.auto.commit": "false"}
+        return Consumer(self._settings.librdkafka(None, **overrides))
 
     def offsets(self, views: list[PartitionView]) -> _Offsets:
-        with self._lock:
+        with self._offsets_lock:
             now = time.monotonic()
             keys = {(v.topic, v.partition) for v in views}
             cached = self._offsets
-            if now - cached.at < CACHE_S and keys <= cached.end.keys():
-                return cached
+            if now - cached.at < CACHE_S and (keys <= cached.end.keys() or cached.error):
+                return cached  # an error is reused too: a broker away is asked every 2 s
             fresh = _Offsets(at=now)
             try:
-                consumer = self._kafka()
+                if self._consumer is None:
+                    self._consumer = self._new_consumer()
+                consumer = self._consumer
                 tps = [TopicPartition(t, p) for t, p in sorted(keys)]
                 if tps:
                     for tp in consumer.committed(tps, timeout=TIMEOUT_S):
@@ -134,24 +137,27 @@ class ProcessState:
     # -- readiness and liveness
 
     def ready(self) -> models.Ready:
-        with self._lock:
+        with self._ready_lock:
             cached = self._ready
             if cached is not None and time.monotonic() - cached[0] < CACHE_S:
                 return cached[1]
             reasons: list[str] = []
             try:
-                self._kafka().list_topics(timeout=TIMEOUT_S)
+                if self._ready_consumer is None:
+                    self._ready_consumer = self._new_consumer()
+                topics = self._settings.topics
+                # One topic's metadata is enough to know the cluster answers.
+                self._ready_consumer.list_topics(topics[0] if topics else None, TIMEOUT_S)
             except (KafkaException, RuntimeError) as e:
                 reasons.append(f"Kafka does not answer: {e}")
-        state = self.state()
-        if state in ("halted", "failed"):
-            reasons.insert(0, f"the flow is {state}")
-        if not self._es_answers():
-            reasons.append("Elasticsearch does not answer")
-        answer = models.Ready(ready=not reasons, reasons=reasons)
-        with self._lock:
+            state = self.state()
+            if state in ("halted", "failed"):
+                reasons.insert(0, f"the flow is {state}")
+            if not self._es_answers():
+                reasons.append("Elasticsearch does not answer")
+            answer = models.Ready(ready=not reasons, reasons=reasons)
             self._ready = (time.monotonic(), answer)
-        return answer
+            return answer
 
     def last_ready(self) -> bool:
         """The latest readiness verdict, without asking anyone (for the metrics)."""
@@ -168,9 +174,11 @@ class ProcessState:
         try:
             # Not `ping()` (GET /): some distributions (the integ-test zips) do not serve it.
             self._client.options(request_timeout=TIMEOUT_S).cluster.health(timeout="1s")
-            return True
-        except Exception:  # any failure to answer is "not ready", never a 500
+        except ApiError:
+            return True  # it answered (a 401/403 without the `monitor` privilege is an answer)
+        except Exception:  # no answer at all is "not ready", never a 500
             return False
+        return True
 
     def live(self) -> models.Live:
         stalest = progress.stalest_s()
@@ -245,6 +253,7 @@ class ProcessState:
                 workers=self._run.workers_per_process,
                 pid=os.getpid(),
                 group=self._settings.group_id,
+                apis=api_urls(self._settings, self._run),
                 started_at=iso(self._started),
                 uptime_s=round(time.time() - self._started, 1),
             ),
@@ -262,5 +271,6 @@ class ProcessState:
         )
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
+        for consumer in (self._consumer, self._ready_consumer):
+            if consumer is not None:
+                consumer.close()

@@ -68,17 +68,19 @@ def base_url(settings: Settings) -> str | None:
 
 
 def discover(settings: Settings, given: list[str] | None = None) -> list[str]:
-    """The API URL of every process: `given`, else API_PORT + i for each of the processes
-    process 0 reports ([] when API_PORT is unset)."""
+    """The API URL of every process: `given`, else the list process 0's /status gives
+    (`process.apis`) ([] when API_PORT is unset)."""
     if given:
         return [u.rstrip("/") for u in given]
     base = base_url(settings)
     if base is None:
         return []
     first = call(base)
-    count = (first.body or {}).get("process", {}).get("processes", 1) if first.body else 1
+    process = (first.body or {}).get("process", {}) if first.body else {}
+    if process.get("apis"):  # the cluster's own list (hosts from -a, the port rule)
+        return [str(u).rstrip("/") for u in process["apis"]]
     head, _, port = base.rpartition(":")
-    return [f"{head}:{int(port) + i}" for i in range(max(int(count), 1))]
+    return [f"{head}:{int(port) + i}" for i in range(max(int(process.get("processes", 1)), 1))]
 
 
 def statuses(settings: Settings, given: list[str] | None = None) -> list[Answer]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bytewax.outputs import StatefulSinkPartition
 
+from sinks import progress
 from sinks.dead_letter.config import DeadLetterConfig, ErrorTolerance
 from sinks.dead_letter.headers import (
     MAX_MESSAGE_CHARS,
@@ -63,6 +64,7 @@ class _DeadLetterPartition(StatefulSinkPartition[DeadLetter, None]):
     def __init__(self, producer: DeadLetterProducer) -> None:
         self._producer = producer
 
+    @progress.tracked
     def write_batch(self, items: list[DeadLetter]) -> None:
         self._producer.send(items)
 

@@ -43,6 +43,7 @@ from sinks.elasticsearch.refusals import clear_refusals
 from sinks.elasticsearch.workers import POLL_S, bulk_pool, held_bytes
 from sinks.errors import ConfigError, ElasticsearchUnavailableError, RecordFailedError
 from sinks.model import Action, DeadLetter
+from sinks.resources import members
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def buffered() -> Buffered:
     now = SYSTEM_CLOCK.monotonic()
     docs = size = flying = 0
     oldest: float | None = None
-    for part in list(_LIVE):
+    for part in members(_LIVE):
         n = len(part._buf)
         docs += n
         size += part._bytes
@@ -130,6 +131,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
 
     # -- Bytewax calls
 
+    @progress.tracked
     def write_batch(self, items: list[Chunk]) -> None:
         """Buffer the actions; send them in the background once a limit is reached."""
         with self._lock:
@@ -151,10 +153,11 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
                 self._over_budget()
             self._gauge.set(len(self._buf))
 
+    @progress.tracked
     def snapshot(self) -> None:
         """Make everything buffered durable before Bytewax closes the epoch."""
-        progress.epoch_closed()
         self.flush()
+        progress.epoch_closed()
         now = self._clock.monotonic()
         if now - self._summary_at >= SUMMARY_EVERY_S and self._stats["bulks"]:
             logger.info(

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from sinks import failing, progress
 from sinks.model import Action
-from sinks.resources import locked_cache
+from sinks.resources import locked_cache, members
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class _LingerTicker:
     def _run(self) -> None:
         while True:
             time.sleep(self._period_s)
-            for part in list(self._parts):
+            for part in members(self._parts):
                 try:
                     part.linger()
                 except Exception:  # never expected; the worker's own calls still flush

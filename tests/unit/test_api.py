@@ -90,13 +90,15 @@ def test_the_state_names_why_the_process_stops(clean: object) -> None:
 
 def test_a_worker_without_progress_is_not_live(clean: object) -> None:
     st = state(API_LIVENESS_S="1")
-    done = threading.Event()
+    done, beating = threading.Event(), threading.Event()
 
-    def worker() -> None:
-        progress.enrol()
-        done.wait(5)
+    @progress.tracked
+    def bytewax_call() -> None:  # a worker inside one of our calls
+        while not done.wait(0.05):
+            if beating.is_set():
+                progress.beat()
 
-    t = threading.Thread(target=worker)
+    t = threading.Thread(target=bytewax_call)
     t.start()
     try:
         time.sleep(0.1)
@@ -104,12 +106,17 @@ def test_a_worker_without_progress_is_not_live(clean: object) -> None:
         time.sleep(1.1)
         answer = st.live()
         assert not answer.live and "API_LIVENESS_S=1" in (answer.reason or "")
+        beating.set()
+        time.sleep(0.2)
+        assert st.live().live, "a worker that beats while it waits is alive"
+        beating.clear()
+        time.sleep(1.1)
         control.pause()
         assert st.live().live, "a paused process is never wedged"
     finally:
         done.set()
         t.join()
-        progress._BEATS.clear()
+    assert progress.stalest_s() is None, "a worker between our calls is not judged"
 
 
 def test_a_retry_loop_is_listed_while_it_retries() -> None:
