@@ -168,23 +168,18 @@ def _elasticsearch(settings: Settings) -> str:
     client = common.es_client(settings)
     try:
         health = client.cluster.health()
-        version = _version(client)
     except Exception as e:
         raise common.es_problem(e, settings, "the credentials") from None
-    return f"Elasticsearch {version} ({health.get('cluster_name')}, {health.get('status')})"
+    return f"{_server(client)} ({health.get('cluster_name')}, {health.get('status')})"
 
 
-def _version(client: Any) -> str:
-    """The node's version: `GET /`, or the local node's info where `/` is not served."""
-    from elasticsearch import ApiError
+def _server(client: Any) -> str:
+    """What the sink's own detection found before the first request (`server.detect`):
+    `Elasticsearch 9.5.4`, `OpenSearch 3.3.0`."""
+    from sinks.elasticsearch.client import server_of
 
-    try:
-        return str(client.info()["version"]["number"])
-    except ApiError as e:
-        if e.meta.status != 405:
-            raise
-    nodes = client.nodes.info(node_id="_local", filter_path="nodes.*.version")["nodes"]
-    return str(next(iter(nodes.values()))["version"])
+    server = server_of(client)
+    return str(server) if server is not None else "an unidentified server"
 
 
 def _privileges(settings: Settings, topics: list[str]) -> str:

@@ -46,6 +46,7 @@ FILTER = "errors,items.*.status,items.*.error.type,items.*.error.reason,items.*.
 RETRY_ERROR_TYPES = frozenset(
     {
         "es_rejected_execution_exception",
+        "rejected_execution_exception",  # OpenSearch's name for it
         "circuit_breaking_exception",
         "unavailable_shards_exception",
         "no_shard_available_action_exception",

@@ -262,6 +262,7 @@ def test_item_429_is_resent_alone_then_succeeds() -> None:
         (429, "es_rejected_execution_exception"),
         (429, "circuit_breaking_exception"),
         (400, "es_rejected_execution_exception"),
+        (400, "rejected_execution_exception"),  # OpenSearch
         (429, "cluster_block_exception"),  # the flood-stage block clears by itself
     ],
 )
