@@ -10,6 +10,10 @@ from pathlib import Path
 
 KAFKA_VERSION = os.environ.get("KAFKA_VERSION", "4.1.1")
 ES_VERSION = os.environ.get("ES_VERSION", "9.5.4")
+# The `es` server is Elasticsearch, or (ES_DISTRIBUTION=opensearch) an OpenSearch node in
+# its place: same ports, STACK_DIR layout and commands.
+ES_DISTRIBUTION = os.environ.get("ES_DISTRIBUTION", "elasticsearch")
+OPENSEARCH_VERSION = os.environ.get("OPENSEARCH_VERSION", "3.3.0")
 KAFKA_PORT = int(os.environ.get("KAFKA_PORT", "9092"))
 KAFKA_CONTROLLER_PORT = int(os.environ.get("KAFKA_CONTROLLER_PORT", str(KAFKA_PORT + 1)))
 ES_PORT = int(os.environ.get("ES_PORT", "9200"))

@@ -1,5 +1,8 @@
 """The Elasticsearch node: a single node from the distribution on Maven Central, security off
-or (in secure mode, es_secure.py) on, run as an unprivileged user when we are root."""
+or (in secure mode, es_secure.py) on, run as an unprivileged user when we are root.
+
+With ES_DISTRIBUTION=opensearch the same node is OpenSearch's (its integ-test-zip has the
+same layout under other names, and a Painless module from painless.py), security off."""
 
 from __future__ import annotations
 
@@ -20,11 +23,13 @@ from .config import (
     ADMIN_USER,
     CACHE_DIR,
     ES_DIR,
+    ES_DISTRIBUTION,
     ES_HEAP,
     ES_PORT,
     ES_TRANSPORT_PORT,
     ES_USER,
     ES_VERSION,
+    OPENSEARCH_VERSION,
     SECURE_DIR,
     SECURE_ENV,
     SINK_USER,
@@ -40,9 +45,26 @@ STATE_DIR = ES_DIR
 PID_FILE = ES_DIR / "es.pid"
 LOG_FILE = ES_DIR / "es.log"
 
+# The distribution: one name for the Maven group and artifact, the zip, its top directory,
+# the start script, the .yml and the environment variables' prefix.
+OPENSEARCH = ES_DISTRIBUTION == "opensearch"
+BASE = "opensearch" if OPENSEARCH else "elasticsearch"
+NAME = "OpenSearch" if OPENSEARCH else "Elasticsearch"
+VERSION = OPENSEARCH_VERSION if OPENSEARCH else ES_VERSION
+ENV = "OPENSEARCH" if OPENSEARCH else "ES"
+
+
+def check_distribution() -> None:
+    if ES_DISTRIBUTION not in ("elasticsearch", "opensearch"):
+        raise StackError(f"ES_DISTRIBUTION={ES_DISTRIBUTION}: expected elasticsearch or opensearch")
+
 
 def es_java_home() -> str:
-    """A full JDK >= 21: ES 9 refuses older Javas and self-attaches its entitlement agent."""
+    """A full JDK >= 21: ES 9 refuses older Javas and self-attaches its entitlement agent.
+
+    OpenSearch 3 needs 21+ too; OpenSearch 2 needs 17-23 (Java 24 dropped the security
+    manager it installs)."""
+    low, high = (17, 23) if OPENSEARCH and VERSION.split(".")[0] in ("1", "2") else (21, 999)
     if home := os.environ.get("ES_JAVA_HOME"):
         if not (Path(home) / "bin" / "java").exists():
             raise StackError(f"ES_JAVA_HOME={home} has no bin/java")
@@ -55,8 +77,13 @@ def es_java_home() -> str:
         for line in release.read_text(errors="replace").splitlines():
             if line.startswith("JAVA_VERSION="):
                 major = int(line.split("=", 1)[1].strip('"').split(".")[0])
-                if major >= 21 and (best is None or major > best[0]):
+                if low <= major <= high and (best is None or major > best[0]):
                     best = (major, str(cand))
+    if best is None and OPENSEARCH:
+        raise StackError(
+            f"no JDK {low}-{high} found under /usr/lib/jvm: OpenSearch {VERSION} needs one; "
+            "set ES_JAVA_HOME"
+        )
     if best is None:
         raise StackError(
             "no JDK 21+ found under /usr/lib/jvm: Elasticsearch 9 needs one; set ES_JAVA_HOME"
@@ -70,11 +97,12 @@ def download() -> Path:
     The integ-test-zip is the smallest distribution on Maven Central that still has the
     security module (it lacks analysis-common, which es_secure makes up for).
     """
+    check_distribution()
     return maven.artifact(
-        f"org.elasticsearch.distribution.integ-test-zip:elasticsearch:{ES_VERSION}:zip",
-        CACHE_DIR / f"elasticsearch-{ES_VERSION}.zip",
-        "Elasticsearch",
-        f"Elasticsearch {ES_VERSION} (integ-test-zip)",
+        f"org.{BASE}.distribution.integ-test-zip:{BASE}:{VERSION}:zip",
+        CACHE_DIR / f"{BASE}-{VERSION}.zip",
+        NAME,
+        f"{NAME} {VERSION} (integ-test-zip)",
     )
 
 
@@ -112,34 +140,39 @@ def get(path: str, timeout: float = 5) -> tuple[int, dict[str, Any]]:
 
 
 def up() -> None:
+    check_distribution()
     if pid_alive(PID_FILE):
-        log(f"Elasticsearch already running on http://127.0.0.1:{ES_PORT}")
+        log(f"{NAME} already running on http://127.0.0.1:{ES_PORT}")
         return
-    check_ports("Elasticsearch", {"ES_PORT": ES_PORT, "ES_TRANSPORT_PORT": ES_TRANSPORT_PORT})
+    check_ports(NAME, {"ES_PORT": ES_PORT, "ES_TRANSPORT_PORT": ES_TRANSPORT_PORT})
     is_secure = secure()
+    if is_secure and OPENSEARCH:
+        raise StackError("secure mode (STACK_SECURE) runs Elasticsearch only, not OpenSearch")
     java_home = es_java_home()
     archive = download()
-    home = STACK_DIR / f"elasticsearch-{ES_VERSION}"
-    if not (home / "bin" / "elasticsearch").exists():
+    home = STACK_DIR / f"{BASE}-{VERSION}"
+    if not (home / "bin" / BASE).exists():
         with zipfile.ZipFile(archive) as zf:
             zf.extractall(STACK_DIR)
         for script in (home / "bin").iterdir():
             script.chmod(0o755)  # zipfile drops the exec bits
-    if (home / "lib" / f"opensearch-{ES_VERSION}.jar").exists():  # scripted updates
-        painless.install(home, ES_VERSION)
+    if OPENSEARCH:  # scripted updates
+        painless.install(home, VERSION)
     conf = ES_DIR / "conf"
     if not conf.exists():
         shutil.copytree(home / "config", conf)
     for sub in ("data", "logs", "tmp"):
         (ES_DIR / sub).mkdir(parents=True, exist_ok=True)
-    (conf / "elasticsearch.yml").write_text(
+    # OpenSearch takes the same settings, but no xpack ones.
+    security = ["xpack.security.enabled: false"] if not OPENSEARCH else []
+    (conf / f"{BASE}.yml").write_text(
         render(
             "elasticsearch.yml",
             data=str(ES_DIR / "data"),
             logs=str(ES_DIR / "logs"),
             http_port=str(ES_PORT),
             transport_port=str(ES_TRANSPORT_PORT),
-            security=(es_secure.settings(conf) if is_secure else ["xpack.security.enabled: false"]),
+            security=(es_secure.settings(conf) if is_secure else security),
             extra=os.environ.get("STACK_ES_SETTINGS", "").replace("\\n", "\n"),
         )
     )
@@ -158,26 +191,26 @@ def up() -> None:
         STACK_DIR.chmod(0o755)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "ES_JAVA_HOME": java_home,
-        "ES_PATH_CONF": str(conf),
-        "ES_TMPDIR": str(ES_DIR / "tmp"),
+        f"{ENV}_JAVA_HOME": java_home,
+        f"{ENV}_PATH_CONF": str(conf),
+        f"{ENV}_TMPDIR": str(ES_DIR / "tmp"),
         "HOME": str(ES_DIR),
     }
     LOG_FILE.write_bytes(b"")
     t0 = time.monotonic()
-    proc = spawn([str(home / "bin" / "elasticsearch")], LOG_FILE, PID_FILE, env, user)
+    proc = spawn([str(home / "bin" / BASE)], LOG_FILE, PID_FILE, env, user)
     wait_until(
-        "Elasticsearch",
+        NAME,
         proc,
         PID_FILE,
         LOG_FILE,
         lambda: get("/_cluster/health?wait_for_status=yellow&timeout=2s", 5)[0] == 200,
     )
     _, info = get("/")
-    version = info.get("version", {}).get("number", ES_VERSION)
+    version = info.get("version", {}).get("number", VERSION)
     scheme = "https" if is_secure else "http"
     took = time.monotonic() - t0
-    log(f"Elasticsearch {version} up on {scheme}://127.0.0.1:{ES_PORT} in {took:.1f}s")
+    log(f"{NAME} {version} up on {scheme}://127.0.0.1:{ES_PORT} in {took:.1f}s")
     if is_secure:
         log(
             f"Elasticsearch security on (TLS, users {SINK_USER} and {ADMIN_USER}); "
@@ -186,7 +219,7 @@ def up() -> None:
 
 
 def down() -> None:
-    stop("Elasticsearch", PID_FILE)
+    stop(NAME, PID_FILE)
 
 
 def status(is_secure: bool) -> bool:
@@ -196,15 +229,12 @@ def status(is_secure: bool) -> bool:
     scheme = "https" if is_secure else "http"
     if pid and code == 200:
         log(
-            f"Elasticsearch {ES_VERSION}: running (pid {pid}) on {scheme}://127.0.0.1:{ES_PORT}, "
+            f"{NAME} {VERSION}: running (pid {pid}) on {scheme}://127.0.0.1:{ES_PORT}, "
             f"health {health.get('status')}, log {LOG_FILE}"
         )
         return True
     if pid:
-        log(
-            f"Elasticsearch: process {pid} alive but not answering on "
-            f"{scheme}://127.0.0.1:{ES_PORT}"
-        )
+        log(f"{NAME}: process {pid} alive but not answering on {scheme}://127.0.0.1:{ES_PORT}")
     else:
-        log("Elasticsearch: not running")
+        log(f"{NAME}: not running")
     return False
