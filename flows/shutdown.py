@@ -104,7 +104,7 @@ def _on_signal(signum: int) -> None:
         first = _signals_seen == 1
     if not first:
         logger.warning("second %s: exiting now without flushing (nothing is lost)", name)
-        _exit(128 + signum)
+        exit_now(128 + signum)
     if requested():
         # A drain another part of the flow asked for (a restart, with its grace) is under
         # way: the operator's signal still bounds it by SHUTDOWN_TIMEOUT_S alone.
@@ -124,7 +124,7 @@ def _exit_after(timeout_s: float, grace_s: float) -> None:
         f" plus {grace_s:g}s for the other processes to restart too" if grace_s else "",
         TIMEOUT_EXIT_STATUS,
     )
-    _exit(TIMEOUT_EXIT_STATUS)
+    exit_now(TIMEOUT_EXIT_STATUS)
 
 
 def exit_now(status: int) -> None:
@@ -132,9 +132,6 @@ def exit_now(status: int) -> None:
     cluster): Bytewax would join worker threads that wait on Elasticsearch forever."""
     flush_logs()
     os._exit(status)
-
-
-_exit = exit_now
 
 
 def flush_logs() -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "consume_all",
     "count_docs",
     "create_topic",
+    "numbered",
     "produce",
     "search_all",
     "wait_for",
@@ -35,6 +36,11 @@ __all__ = [
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA = os.environ.get("ES_SINK_TEST_KAFKA", "127.0.0.1:19092")
 ES_URL = os.environ.get("ES_SINK_TEST_ES", "http://127.0.0.1:19200")
+
+
+def numbered(start: int, n: int) -> list[Message]:
+    """Records k<start>.. with JSON values {"n": i}: distinct keys, each value its number."""
+    return [(f"k{i}".encode(), b'{"n": %d}' % i) for i in range(start, start + n)]
 
 
 @dataclass

@@ -24,6 +24,7 @@ from tests.conftest import (
     committed_offsets,
     count_docs,
     create_topic,
+    numbered,
     produce,
     start_flow,
     wait_for,
@@ -67,10 +68,6 @@ class ApiFlow:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
-
-
-def records(start: int, n: int) -> list[tuple[bytes, bytes]]:
-    return [(f"k{i}".encode(), json.dumps({"n": i}).encode()) for i in range(start, start + n)]
 
 
 @pytest.fixture
@@ -137,7 +134,7 @@ def test_status_reports_the_offsets_and_lag_kafka_reports(
     services: Services, api_flow: Callable[..., ApiFlow], es: Any
 ) -> None:
     flow = api_flow()
-    produce(services.kafka, flow.topic, records(0, 200))
+    produce(services.kafka, flow.topic, numbered(0, 200))
     wait_for(lambda: committed_everything(services, flow), 60, "the group to commit every record")
     status = flow.status()
     assert status["state"] == "running"
@@ -162,7 +159,7 @@ def test_pause_holds_reading_while_what_was_read_is_written_and_committed(
     services: Services, api_flow: Callable[..., ApiFlow], es: Any
 ) -> None:
     flow = api_flow()
-    produce(services.kafka, flow.topic, records(0, 3000))
+    produce(services.kafka, flow.topic, numbered(0, 3000))
     wait_for(lambda: count_docs(es, flow.index) > 0, 60, "the first documents")
     code, body = call("PUT", f"{flow.url}/pause")
     assert (code, body) == (200, {"state": "paused"})
@@ -179,7 +176,7 @@ def test_pause_holds_reading_while_what_was_read_is_written_and_committed(
     wait_for(settled, 60, "what was read before the pause to be written and committed")
     held = {p["partition"]: p["position"] for p in flow.status()["partitions"]}
     indexed = count_docs(es, flow.index)
-    produce(services.kafka, flow.topic, records(3000, 500))
+    produce(services.kafka, flow.topic, numbered(3000, 500))
     ends = end_offsets(services.kafka, flow.topic)
 
     def end_seen() -> bool:  # Kafka's offsets are cached for up to 2 s (flows.api.state)
@@ -234,8 +231,8 @@ def test_halted_shows_the_record_the_flow_stops_on(
     services: Services, api_flow: Callable[..., ApiFlow]
 ) -> None:
     flow = api_flow({"ERRORS_TOLERANCE": "none"}, partitions=1, args=("-s", "4"))
-    good = records(0, 5)
-    produce(services.kafka, flow.topic, [*good, (b"bad", b"{not json"), *records(5, 5)])
+    good = numbered(0, 5)
+    produce(services.kafka, flow.topic, [*good, (b"bad", b"{not json"), *numbered(5, 5)])
     seen: list[dict[str, Any]] = []
     while flow.proc.poll() is None:
         try:
@@ -298,7 +295,7 @@ def test_the_api_survives_fuzzing_from_its_openapi_document(
     serves, tests/unit/test_api.py): no 5xx, every answer as documented, and its
     `ignored_auth` check sends each write without the token and expects a refusal."""
     flow = api_flow({"API_TOKEN": TOKEN})
-    produce(services.kafka, flow.topic, records(0, 50))
+    produce(services.kafka, flow.topic, numbered(0, 50))
     schemathesis = str(Path(sys.executable).parent / "schemathesis")
     cmd = [
         schemathesis, "run", str(ROOT / "docs" / "openapi.json"),

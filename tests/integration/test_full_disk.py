@@ -25,6 +25,7 @@ from tests.conftest import (
     committed_offsets,
     count_docs,
     create_topic,
+    numbered,
     produce,
     run_flow,
     start_flow,
@@ -84,10 +85,6 @@ def stored_offsets(recovery: Path) -> dict[int, int]:
     return {int(key.rpartition("/")[2]): pickle.loads(blob) for key, blob in rows}
 
 
-def records(start: int, n: int) -> list[tuple[bytes, bytes]]:
-    return [(f"k{i}".encode(), b'{"n": %d}' % i) for i in range(start, start + n)]
-
-
 def test_a_full_recovery_disk_stops_the_flow_and_a_restart_loses_nothing(
     services: Services, names: Callable[[str], str], tmp_path: Path, es: Any, small_disk: Path
 ) -> None:
@@ -96,7 +93,7 @@ def test_a_full_recovery_disk_stops_the_flow_and_a_restart_loses_nothing(
     recovery = small_disk / "recovery"
     recovery.mkdir()
     subprocess.run([sys.executable, "-m", "bytewax.recovery", str(recovery), "1"], check=True)
-    produce(services.kafka, topic, records(0, 3000))
+    produce(services.kafka, topic, numbered(0, 3000))
     env = {"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": topic}
     args = ("-r", str(recovery), "-b", "0")
     log = tmp_path / "flow.log"
@@ -109,7 +106,7 @@ def test_a_full_recovery_disk_stops_the_flow_and_a_restart_loses_nothing(
         )
         filler = fill(small_disk)
         for start in range(3000, 4000, 100):  # keep the flow reading and snapshotting
-            produce(services.kafka, topic, records(start, 100))
+            produce(services.kafka, topic, numbered(start, 100))
             if flow.poll() is not None:
                 break
         assert flow.wait(60) == 1

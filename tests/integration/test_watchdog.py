@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
@@ -21,6 +20,7 @@ from tests.conftest import (
     committed_offsets,
     count_docs,
     create_topic,
+    numbered,
     produce,
     start_flow,
     wait_for,
@@ -29,10 +29,6 @@ from tests.conftest import (
 pytestmark = pytest.mark.integration
 
 STALL_S = 10
-
-
-def records(start: int, n: int) -> list[tuple[bytes, bytes]]:
-    return [(f"k{i}".encode(), json.dumps({"n": i}).encode()) for i in range(start, start + n)]
 
 
 Cluster = Callable[..., list[subprocess.Popen[bytes]]]
@@ -73,7 +69,7 @@ def test_a_frozen_peer_ends_the_cluster_with_one_line(
     topic = names("wd")
     create_topic(services.kafka, topic, 4)
     env = {"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": f"g-{topic}", "ES_INDEX": topic}
-    produce(services.kafka, topic, records(0, 400))
+    produce(services.kafka, topic, numbered(0, 400))
     first, second = cluster(env, "a")
     wait_for(lambda: count_docs(es, topic) == 400, 90, "the first records")
     second.send_signal(signal.SIGSTOP)  # a host that stops answering, links kept open
@@ -89,7 +85,7 @@ def test_a_frozen_peer_ends_the_cluster_with_one_line(
     assert len(lines) == 1 and "process 1 (http://127.0.0.1:" in lines[0], log[-3000:]
     assert STALL_S <= took <= STALL_S + 30, took
     # The supervisor restarts the cluster: nothing was lost.
-    produce(services.kafka, topic, records(400, 100))
+    produce(services.kafka, topic, numbered(400, 100))
     cluster(env, "b")
     wait_for(lambda: count_docs(es, topic) == 500, 120, "every record after the restart")
     wait_for(
@@ -114,10 +110,10 @@ def test_an_elasticsearch_outage_does_not_end_the_cluster(
             "ES_HOSTS": proxy.url,
         }  # fmt: skip
         procs = cluster(env, "es")
-        produce(services.kafka, topic, records(0, 200))
+        produce(services.kafka, topic, numbered(0, 200))
         wait_for(lambda: count_docs(es, topic) == 200, 90, "the first records")
         proxy.cut("refuse")
-        produce(services.kafka, topic, records(200, 200))
+        produce(services.kafka, topic, numbered(200, 200))
         time.sleep(STALL_S * 3)  # epochs stall behind the retrying sink
         assert [p.poll() for p in procs] == [None, None]
         proxy.restore()
