@@ -81,6 +81,11 @@ def metadata_fields(metadata: str | None) -> dict[str, str]:
     return dict(word.partition("=")[::2] for word in words[1:])
 
 
+MAX_LEASE_S = 86_400.0
+"""A lease longer than a day is not one this flow advertised (2 epochs + a request
+timeout): metadata carrying it names no owner."""
+
+
 @dataclass(frozen=True)
 class Owner:
     """Who committed a partition's offset, as its metadata says."""
@@ -102,6 +107,8 @@ class Owner:
         """The owner named in `metadata` (None: no owner, e.g. a commit before fencing)."""
         f = metadata_fields(metadata)
         try:
+            if not 0 < float(f["lease"]) <= MAX_LEASE_S:
+                return None  # garbled or foreign (inf, nan, 1e12): never wait on it
             return cls(
                 f["owner"], int(f["gen"]), int(f["since"]), float(f["lease"]),
                 f.get("host", "?"), int(f.get("pid", 0)), f.get("node", ""),

@@ -97,6 +97,8 @@ def test_the_metadata_keeps_the_partition_count_readable() -> None:
     assert Owner.parse(meta) == me
     assert Owner.parse(f"{meta} released") == dataclasses.replace(me, released=True)
     assert Owner.parse("es-sink partitions=4") is None  # committed before fencing
+    for lease in ("inf", "nan", "1e12", "0", "-5"):  # garbled or foreign: no owner to wait on
+        assert Owner.parse(meta.replace("lease=", f"lease={lease} old=")) is None, lease
     assert metadata_fields("something else") == {}
     for text, count in (("es-sink partitions=4", 4), (meta, 4), ("", None), ("x", None)):
         assert discovery._committed_count(TopicPartition("t", 0, 1, text)) == count
