@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import signal
 import socket
@@ -53,6 +54,29 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def consecutive_ports(n: int) -> int:
+    """The first of `n` consecutive ports free right now, below the ephemeral range (so an
+    outgoing connection does not take one before the flow binds it): API_PORT, which
+    process `i` of a cluster serves on as API_PORT + i."""
+    rand = random.Random()
+    for _ in range(200):
+        base = rand.randrange(20000, 32000 - n)
+        socks = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    msg = f"no {n} consecutive free ports between 20000 and 32000"
+    raise RuntimeError(msg)
 
 
 def layout_commands(layout: str, base: list[str]) -> list[list[str]]:

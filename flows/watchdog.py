@@ -118,10 +118,11 @@ class Watch:
         if self.warned:
             return
         self.warned = True
+        retrying = under_way()
         logger.warning(
             "no epoch closed for %.0fs (CLUSTER_STALL_S=%g); %s",
             stalled, self.settings.cluster_stall_s,
-            "a retry is under way" if under_way()
+            f"a retry is under way ({retrying[0].where}: {retrying[0].reason})" if retrying
             else "every peer answers" if self.peers
             else "set API_PORT so that the processes can tell a dead peer from a slow one",
         )  # fmt: skip

@@ -51,6 +51,23 @@ class Services:
     es_url: str
 
 
+LOG_TAIL_LINES = 80
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test shows the tail of every flow log it wrote under `tmp_path` (the fixtures
+    that start flows write `*.log` there): a timeout in CI says why the flow was slow."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    tmp = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.when != "call" or not report.failed or not isinstance(tmp, Path):
+        return
+    for log in sorted(tmp.rglob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        report.sections.append((f"flow log {log.name} (last {len(lines)} lines)", "\n".join(lines)))
+
+
 @pytest.fixture(scope="session")
 def services() -> Services:
     from confluent_kafka.admin import AdminClient

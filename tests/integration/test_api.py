@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from chaos.flow import free_ports
+from chaos.flow import consecutive_ports, free_ports
 from chaos.proxy import Proxy
 from devkit.kafka import end_offsets
 from tests.conftest import (
@@ -135,7 +135,7 @@ def test_status_reports_the_offsets_and_lag_kafka_reports(
 ) -> None:
     flow = api_flow()
     produce(services.kafka, flow.topic, numbered(0, 200))
-    wait_for(lambda: committed_everything(services, flow), 60, "the group to commit every record")
+    wait_for(lambda: committed_everything(services, flow), 120, "the group to commit every record")
     status = flow.status()
     assert status["state"] == "running"
     assert status["process"]["id"] == 0 and status["process"]["workers"] == 1
@@ -273,8 +273,8 @@ def test_two_processes_on_one_host_serve_on_two_ports(
     services: Services, api_flow: Callable[..., ApiFlow]
 ) -> None:
     addresses = ";".join(f"127.0.0.1:{p}" for p in free_ports(2))
-    first = api_flow(partitions=4, args=("-i", "0", "-a", addresses))
-    base = int(first.url.rsplit(":", 1)[1])
+    base = consecutive_ports(2)
+    first = api_flow(partitions=4, args=("-i", "0", "-a", addresses), port=base)
     # Process 1 is given the same API_PORT and serves on API_PORT + 1.
     second = api_flow(
         args=("-i", "1", "-a", addresses), topic=first.topic, port=base, serves_on=base + 1

@@ -4,20 +4,14 @@ status API (flows/api), against the real flow."""
 from __future__ import annotations
 
 import signal
-import socket
 import time
 
 import pytest
 
+from chaos.flow import free_ports
 from tests.conftest import create_topic, produce, run_cli, start_flow
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_status_pause_resume_and_reset_through_the_api(services, names, tmp_path) -> None:
@@ -25,7 +19,7 @@ def test_status_pause_resume_and_reset_through_the_api(services, names, tmp_path
     create_topic(services.kafka, topic)
     produce(services.kafka, topic, [(b"k", b'{"n": 1}')])
     env = {"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": group, "KAFKA_STOP_AT_END": "false",
-           "API_PORT": str(_free_port())}  # fmt: skip
+           "API_PORT": str(free_ports(1)[0])}  # fmt: skip
     flow = start_flow(services, env, log=tmp_path / "flow.log")
     try:
         deadline = time.monotonic() + 60

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from chaos.flow import free_ports
+from chaos.flow import consecutive_ports, free_ports
 from chaos.proxy import Proxy
 from devkit.kafka import end_offsets
 from tests.conftest import (
@@ -40,7 +40,7 @@ def cluster(services: Services, tmp_path: Path) -> Iterator[Cluster]:
 
     def start(env: dict[str, str], tag: str) -> list[subprocess.Popen[bytes]]:
         addresses = ";".join(f"127.0.0.1:{p}" for p in free_ports(2))
-        api = free_ports(1)[0]
+        api = consecutive_ports(2)  # process i serves on API_PORT + i
         settings = {
             "KAFKA_STOP_AT_END": "false",
             "API_PORT": str(api),
