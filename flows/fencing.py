@@ -284,6 +284,14 @@ class PartitionFence:
         if found is None or found.token != self.owner.token:
             if self._deadline is not None:  # it committed over the announcement: again
                 self._deadline = time.monotonic() + self._wait_s
+            if found is None:  # not an older owner's late commit: someone else's
+                logger.warning(
+                    "source partition %s/%d: offset %d was committed for the group by "
+                    "another tool while this instance reads it; committing this instance's "
+                    "position over it (stop every process before moving offsets: es-sink "
+                    "offsets reset refuses while a flow runs)",
+                    self._topic, self._partition, committed.offset,
+                )  # fmt: skip
             return Verdict.TAKEN_BACK
         if self._deadline is not None and time.monotonic() >= self._deadline:
             self._deadline = None

@@ -219,7 +219,9 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         """Commit what the previous epoch made durable, then read what is ready (never blocks)."""
         if self._fence is not None and self._fence.due():  # once per epoch: flows.fencing
             verdict = self._fence.check(self._consumer)  # a newer owner: the process ends
-            if verdict is fencing.Verdict.UNKNOWN:
+            # Unknown while stopping: the final commit (retried, bounded) decides, so that a
+            # broker away does not hold SIGTERM until SHUTDOWN_TIMEOUT_S.
+            if verdict is fencing.Verdict.UNKNOWN and not self._finishing():
                 self._awake = datetime.now(UTC) + _FENCE_RETRY
                 return []
             if verdict is fencing.Verdict.TAKEN_BACK and self._pending is None:

@@ -190,6 +190,31 @@ def test_an_unanswered_check_reads_and_commits_nothing(make: Any) -> None:
     assert BROKER.commits[-1][0] == 3
 
 
+def test_an_unanswered_check_does_not_hold_a_stop(make: Any) -> None:
+    part = make(KAFKA_STOP_AT_END="true")
+    part.next_batch()
+    halt.EXAMINED[("t", 0)] = 3
+    part.snapshot()
+    BROKER.fail_committed = True  # the check cannot read; the final commit decides
+    with pytest.raises(StopIteration):
+        part.next_batch()
+    assert BROKER.commits[-1][0] == 3
+
+
+def test_another_tools_commit_is_overwritten_with_a_warning(
+    make: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    part = make()
+    part.next_batch()
+    epoch(part)  # commits 3 under its name
+    BROKER.offset, BROKER.metadata = 0, ""  # e.g. kafka-consumer-groups --reset-offsets
+    with caplog.at_level(logging.WARNING, logger="flows.fencing"):
+        epoch(part)
+    assert BROKER.commits[-1] == (3, f"es-sink {owner(part).words()}")
+    (line,) = [r.getMessage() for r in caplog.records if "another tool" in r.getMessage()]
+    assert "t/0: offset 0 was committed" in line and "stop every process" in line
+
+
 def test_a_clean_end_releases_the_partition(make: Any) -> None:
     part = make(KAFKA_STOP_AT_END="true")
     part.next_batch()
