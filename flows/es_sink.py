@@ -8,7 +8,16 @@ from __future__ import annotations
 import logging
 import sys
 
-from flows import api, collector, discovery, recovery_failure, shutdown, sink_config, watchdog
+from flows import (
+    api,
+    collector,
+    config_failure,
+    discovery,
+    recovery_failure,
+    shutdown,
+    sink_config,
+    watchdog,
+)
 from flows.config import Settings
 from flows.errors import ConfigError
 from flows.pipeline import build_flow
@@ -23,6 +32,7 @@ if not logging.getLogger().handlers:
     # One line per HTTP request is noise at this rate; the sink logs what matters.
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)
 recovery_failure.install()  # a full recovery directory: one line after Bytewax's panic
+config_failure.install()  # a ConfigError found mid-flow: its line, not a traceback
 
 try:
     _settings = Settings.load()

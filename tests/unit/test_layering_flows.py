@@ -17,7 +17,16 @@ from tests.unit.test_layering import ROOT, module_name
 RANKS = {
     **dict.fromkeys(("errors", "record", "naming", "runtime", "metrics"), 0),
     **dict.fromkeys(
-        ("halt", "recovery_store", "recovery_failure", "shutdown", "collector", "control"), 1
+        (
+            "halt",
+            "recovery_store",
+            "recovery_failure",
+            "config_failure",
+            "shutdown",
+            "collector",
+            "control",
+        ),
+        1,
     ),
     **dict.fromkeys(("decode", "transforms"), 2),
     "config": 3,
