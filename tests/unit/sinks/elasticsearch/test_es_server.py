@@ -6,21 +6,27 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from elastic_transport import ApiResponseMeta, BaseNode, HttpHeaders
+from elastic_transport import ApiResponseMeta, BaseNode, ConnectionTimeout, HttpHeaders
 from elastic_transport import ConnectionError as TransportConnectionError
 from elastic_transport._node import NodeApiResponse
-from elasticsearch import AuthenticationException, Elasticsearch
+from elastic_transport.client_utils import DEFAULT
+from elasticsearch import ApiError, AuthenticationException, Elasticsearch
 
 from flows import sink_config
 from flows.config import Settings
+from sinks import failing
 from sinks.elasticsearch import bootstrap
+from sinks.elasticsearch import bulk as bulks
 from sinks.elasticsearch.client import make_client, server_of
-from sinks.elasticsearch.server import CLIENT_MAJOR, Server, from_root, refusal
+from sinks.elasticsearch.partition import EsSinkPartition, clear_refusals
+from sinks.elasticsearch.server import CLIENT_MAJOR, DETECT_TIMEOUT_S, Server, from_root, refusal
 from sinks.errors import ConfigError
+from tests.unit.sinks.elasticsearch.test_es_partition import FakeClock, make_actions
 
 ELASTIC = {"x-elastic-product": "Elasticsearch"}
 WHY = "(Elasticsearch 8.x, 9.x or OpenSearch 2.x, 3.x)"
@@ -40,25 +46,41 @@ Route = Callable[[str, str, HttpHeaders], Answer]
 
 
 class FakeNode(BaseNode):
-    """Answers with `FakeNode.route` and keeps every request it got."""
+    """Answers with `FakeNode.route` and keeps every request it got (and its timeout)."""
 
     route: Route
     seen: list[tuple[str, str, HttpHeaders]]
+    timeouts: list[tuple[str, object]]
 
     def perform_request(  # type: ignore[override]
-        self, method: str, target: str, body: bytes | None = None, headers: Any = None, **_: Any
+        self,
+        method: str,
+        target: str,
+        body: bytes | None = None,
+        headers: Any = None,
+        request_timeout: object = DEFAULT,
+        **_: Any,
     ) -> NodeApiResponse:
         h = HttpHeaders(headers or {})
         type(self).seen.append((method, target, h))
+        type(self).timeouts.append((target, request_timeout))
         status, out, data = type(self).route(method, target, h)
         out = {"content-type": "application/json", **out}
         meta = ApiResponseMeta(status, "1.1", HttpHeaders(out), 0.0, self.config)
-        return NodeApiResponse(meta, json.dumps(data).encode())
+        raw = data.encode() if isinstance(data, str) else json.dumps(data).encode()
+        return NodeApiResponse(meta, raw)
 
 
-def client_with(route: Route) -> tuple[Elasticsearch, list[tuple[str, str, HttpHeaders]]]:
+def client_with(
+    route: Route, timeouts: list[tuple[str, object]] | None = None
+) -> tuple[Elasticsearch, list[tuple[str, str, HttpHeaders]]]:
     """The sink's own client (`make_client`) in front of a fake node."""
-    node = type("Node", (FakeNode,), {"route": staticmethod(route), "seen": []})
+    attrs = {
+        "route": staticmethod(route),
+        "seen": [],
+        "timeouts": [] if timeouts is None else timeouts,
+    }
+    node = type("Node", (FakeNode,), attrs)
     s = Settings.load({"KAFKA_TOPICS": "t", "ES_HOSTS": "http://127.0.0.1:9"})
     conn = sink_config.connection(s)
     real = Elasticsearch.__init__
@@ -247,10 +269,6 @@ def test_a_server_that_does_not_answer_get_root_is_still_told_apart(
     [
         (es("7.17.0"), "runs Elasticsearch 7.17.0, which the sink does not support"),
         (opensearch("1.3.20"), "runs OpenSearch 1.3.20, which the sink does not support"),
-        (
-            lambda m, t, h: (403, {}, {}),
-            ": the server does not say what it is (GET / answered HTTP 403)",
-        ),
     ],
 )
 def test_an_unsupported_server_stops_the_start_with_one_line(route: Route, line: str) -> None:
@@ -305,3 +323,257 @@ def test_concurrent_first_requests_detect_once() -> None:
         t.join()
     assert [t for _, t, _ in seen].count("/") == 1
     assert all(h["accept"].endswith("compatible-with=8") for _, t, h in seen if t != "/")
+
+
+# -- one detection at a time, with its own timeout
+
+
+def test_the_detection_has_its_own_short_timeout() -> None:
+    timeouts: list[tuple[str, object]] = []
+    client, _ = client_with(es("8.19.7", root_status=403, nodes_status=403), timeouts)
+    bulk(client)  # with the client's ES_REQUEST_TIMEOUT_S (60 s)
+    assert timeouts == [
+        ("/", DETECT_TIMEOUT_S),
+        ("/_nodes/_local?filter_path=nodes.*.version,nodes.*.build_flavor", DETECT_TIMEOUT_S),
+        ("/", DETECT_TIMEOUT_S),
+        ("/_bulk", 60.0),
+    ]
+    timeouts.clear()
+    client, _ = client_with(es("8.19.7"), timeouts)
+    client.options(request_timeout=2.5).cluster.health()
+    assert timeouts == [("/", 2.5), ("/_cluster/health", 2.5)]
+
+
+def test_waiters_of_a_failed_detection_get_its_error_and_the_next_request_asks_again() -> None:
+    up = threading.Event()
+    answer = es("8.19.7")
+
+    def route(method: str, target: str, headers: HttpHeaders) -> Answer:
+        if not up.is_set():
+            time.sleep(0.3)  # the other threads arrive meanwhile, and wait
+            raise TransportConnectionError("refused")
+        return answer(method, target, headers)
+
+    client, seen = client_with(route)
+    errors: list[BaseException] = []
+
+    def first_bulk() -> None:
+        try:
+            bulk(client)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=first_bulk) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert len(errors) == 8 and all(isinstance(e, TransportConnectionError) for e in errors)
+    assert [t for _, t, _ in seen] == ["/"]  # one detection for all eight, not eight in turn
+    assert server_of(client) is None
+    up.set()
+    assert bulk(client) == {"errors": False}  # the next request detects again
+    assert server_of(client) == Server("Elasticsearch", "8.19.7")
+
+
+def test_a_waiter_does_not_wait_forever_for_a_stuck_detection() -> None:
+    release = threading.Event()
+    answer = es("8.19.7")
+
+    def route(method: str, target: str, headers: HttpHeaders) -> Answer:
+        release.wait(10)  # a node that never answers (the fake ignores the timeout)
+        return answer(method, target, headers)
+
+    client, _ = client_with(route)
+    leader = threading.Thread(target=bulk, args=(client,))
+    leader.start()
+    time.sleep(0.1)
+    start = time.monotonic()
+    with pytest.raises(ConnectionTimeout) as e:
+        client.options(request_timeout=0.1).cluster.health()
+    assert e.value.message == "ES_HOSTS: http://127.0.0.1:9: detecting the server took over 0.4s"
+    assert time.monotonic() - start < 2
+    release.set()
+    leader.join(5)
+    assert server_of(client) == Server("Elasticsearch", "8.19.7")
+
+
+# -- only definite answers are kept
+
+
+def flaky(healthy: Route, fail: Callable[[str, HttpHeaders], Answer | None]) -> Route:
+    """`healthy`, except where `fail` answers (until `fail.heal` is set)."""
+    broken = [True]
+
+    def route(method: str, target: str, headers: HttpHeaders) -> Answer:
+        out = fail(target, headers) if broken[0] else None
+        return healthy(method, target, headers) if out is None else out
+
+    route.heal = lambda: broken.__setitem__(0, False)  # type: ignore[attr-defined]
+    return route
+
+
+HTML = {"content-type": "text/html"}
+
+
+@pytest.mark.parametrize(
+    ("fail", "status"),
+    [
+        # a load balancer or ingress with no backend yet: no product header, an HTML page
+        (lambda t, h: (502, HTML, "<html>bad gateway</html>") if t == "/" else None, 502),
+        (lambda t, h: (503, HTML, "<html>unavailable</html>") if t == "/" else None, 503),
+        (lambda t, h: (504, HTML, "<html>timeout</html>") if t == "/" else None, 504),
+        (lambda t, h: (429, {}, {"error": "too many requests"}) if t == "/" else None, 429),
+        # no monitor privilege, then the node info is transient
+        (
+            lambda t, h: (503, ELASTIC, {}) if t.startswith("/_nodes") else None,
+            503,
+        ),
+        # no monitor privilege, then the compat probe is transient: never guess major 9
+        (
+            lambda t, h: (503, ELASTIC, {}) if "compatible-with" in h.get("accept", "") else None,
+            503,
+        ),
+        (
+            lambda t, h: (429, ELASTIC, {}) if "compatible-with" in h.get("accept", "") else None,
+            429,
+        ),
+    ],
+    ids=["502", "503", "504", "429", "nodes-503", "compat-503", "compat-429"],
+)
+def test_a_transient_answer_is_retried_and_never_kept(
+    fail: Callable[[str, HttpHeaders], Answer | None], status: int
+) -> None:
+    route = flaky(es("8.19.7", root_status=403, nodes_status=403), fail)
+    client, seen = client_with(route)
+    with pytest.raises(ApiError) as e:
+        bulk(client)
+    assert e.value.meta.status == status
+    assert server_of(client) is None and not any(t == "/_bulk" for _, t, _ in seen)
+    verdict = bulks.classify_failure(e.value, 3)  # what the sink's bulk makes of it
+    assert verdict.retry == (0, 1, 2) and verdict.budgeted and verdict.stop is None
+    route.heal()  # type: ignore[attr-defined]
+    assert bulk(client) == {"errors": False}
+    assert server_of(client) == Server("Elasticsearch", "8")  # not 9
+    assert seen[-1][2]["content-type"].endswith("compatible-with=8")
+
+
+def opensearch_security(nodes: Answer) -> Route:
+    """OpenSearch with its security plugin, to a user without cluster:monitor/main."""
+    denied = {
+        "error": {
+            "type": "security_exception",
+            "reason": "no permissions for [cluster:monitor/main] and User [name=sink, "
+            "backend_roles=[], requestedTenant=null]",
+        },
+        "status": 403,
+    }
+    plain = opensearch("2.19.3")
+
+    def route(method: str, target: str, headers: HttpHeaders) -> Answer:
+        if target == "/" and "vnd.elasticsearch" not in headers.get("accept", ""):
+            return 403, {}, denied
+        if target.startswith("/_nodes/_local"):
+            return nodes
+        return plain(method, target, headers)
+
+    return route
+
+
+def test_opensearch_refusing_get_root_is_told_by_its_node_info() -> None:
+    client, seen = client_with(
+        opensearch_security((200, {}, {"nodes": {"n": {"version": "2.19.3"}}}))
+    )
+    assert bulk(client) == {"errors": False}
+    assert server_of(client) == Server("OpenSearch", "2.19.3")
+    assert seen[-1][2]["content-type"] == "application/x-ndjson"
+
+
+@pytest.mark.parametrize(
+    ("route", "says"),
+    [
+        (
+            opensearch_security((403, {}, {"error": {"type": "security_exception"}})),
+            "OpenSearch's security plugin refused GET / (HTTP 403) and the node's info, so its "
+            "version is unknown: grant the credentials cluster:monitor/main (the cluster_monitor "
+            "action group), or check the URL",
+        ),
+        (
+            lambda m, t, h: (403, {}, {}),
+            "the server does not say what it is (GET / answered HTTP 403): grant the credentials "
+            "the monitor cluster privilege (OpenSearch: cluster:monitor/main), or check the URL",
+        ),
+        (
+            lambda m, t, h: (404, HTML, "<html>no such path</html>"),
+            "the server does not say what it is (GET / answered HTTP 404): check the URL",
+        ),
+        (
+            lambda m, t, h: (200, HTML, "<html>welcome to nginx</html>"),
+            "the server does not say what it is (GET / answered HTTP 200): check the URL",
+        ),
+    ],
+    ids=["opensearch-no-monitor", "403", "ingress-404", "not-a-search-server"],
+)
+def test_a_server_that_cannot_be_identified_is_one_line_and_asked_again(
+    route: Route, says: str
+) -> None:
+    client, seen = client_with(route)
+    with pytest.raises(ConfigError) as e:
+        bulk(client)
+    assert str(e.value) == f"ES_HOSTS: http://127.0.0.1:9: {says}"
+    assert server_of(client) is None
+    n = len(seen)
+    with pytest.raises(ConfigError):
+        bulk(client)
+    assert len(seen) > n  # not kept: the URL or the privilege may be fixed meanwhile
+    assert not any(t == "/_bulk" for _, t, _ in seen)
+
+
+def test_an_elasticsearch_without_product_header_is_told_by_its_node_info() -> None:
+    old = (200, {}, {"nodes": {"n": {"version": "7.10.2", "build_flavor": "oss"}}})
+    client, _ = client_with(
+        lambda m, t, h: old if t.startswith("/_nodes") else (405, {}, {"error": "no"})
+    )
+    with pytest.raises(ConfigError, match=r"runs Elasticsearch 7\.10\.2, which the sink does not"):
+        bulk(client)
+    assert server_of(client) == Server("Elasticsearch", "7.10.2")  # a definite answer: kept
+
+
+# -- a refusal found by a bulk stops the flow
+
+
+@pytest.mark.parametrize("outages", [0, 2])
+def test_a_refusal_found_by_a_bulk_stops_the_partition_with_its_line(outages: int) -> None:
+    """Detection first happens on a bulk (the start check got no answer): the refusal is
+    the partition's error, raised to Bytewax (flows.config_failure prints its line), after
+    the transient answers before it were retried; nothing is sent or dead-lettered."""
+    seven = es("7.17.0")
+    roots = [0]
+
+    def route(method: str, target: str, headers: HttpHeaders) -> Answer:
+        if target == "/":
+            roots[0] += 1
+            if roots[0] <= outages:
+                return 503, HTML, "<html>no backend</html>"
+        return seven(method, target, headers)
+
+    client, seen = client_with(route)
+    s = Settings.load({"KAFKA_TOPICS": "orders"})
+    failing.clear()
+    clear_refusals()
+    clock = FakeClock()
+    part = EsSinkPartition(sink_config.es_sink(s), "es-0000", client, None, clock=clock)
+    try:
+        part.write_batch([make_actions(s, "a", "b")])
+        with pytest.raises(ConfigError) as e:
+            part.snapshot()
+        assert str(e.value) == (
+            "ES_HOSTS: http://127.0.0.1:9 runs Elasticsearch 7.17.0, which the sink does not "
+            f"support {WHY}"
+        )
+        assert failing.failing()
+    finally:
+        failing.clear()
+        clear_refusals()
+    assert [t for _, t, _ in seen] == ["/"] * (outages + 1)
+    assert len(clock.sleeps) == outages  # each 503 was retried with backoff
