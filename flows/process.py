@@ -62,6 +62,7 @@ class Processor:
         """Process one batch in order; see the module docstring."""
         decode_value, decode_key = self._value, self._key
         transforms, build = self._transforms, self._actions.build
+        build_source = self._actions.build_source
         policy, trace = self._policy, self._trace
         n_parts = self._partitions
         chunks: dict[int, list[Action]] = {}
@@ -102,6 +103,7 @@ class Processor:
                 tuple(headers) if headers else (),
             )
             dead: DeadLetter | None = None
+            doc: Doc | None = None
             try:
                 key = None if rec.key is None else decode_key(rec)
                 if rec.value is None:
@@ -113,15 +115,17 @@ class Processor:
                         routed.append(tomb)
                         continue
                     doc = tomb
-                else:
+                elif transforms:
                     doc = Doc(rec, decode_value(rec), key)
+                else:  # no transforms: the decoded value goes straight to its action
+                    source = decode_value(rec)
             except DecodeError as e:
                 dead = DeadLetter.from_exception(rec, "deserialize", e, trace)
             except RecordFailedError as e:  # ON_NULL_VALUE=fail
                 halt.hold(rec.topic, rec.partition, rec.offset, e)
                 halted = stopped = True
                 continue
-            if dead is None and transforms:
+            if dead is None and doc is not None and transforms:
                 try:
                     docs = apply_transforms(transforms, doc)
                 except Exception as e:  # any error in user code dead-letters the record
@@ -131,11 +135,14 @@ class Processor:
                         skipped += 1
                         run = 0
                         continue
-            elif dead is None:
-                docs = [doc]
             if dead is None:
                 try:
-                    actions = [build(docs[0])] if len(docs) == 1 else [build(d) for d in docs]
+                    if doc is None:  # no Doc made: what `build(Doc(rec, source, key))` does
+                        actions: Sequence[Action] = (build_source(rec, source, key),)
+                    elif not transforms:
+                        actions = (build(doc),)
+                    else:
+                        actions = [build(d) for d in docs]
                 except ActionError as e:
                     dead = DeadLetter.from_exception(rec, "index", e, trace)
             if dead is not None:

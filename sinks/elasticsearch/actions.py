@@ -114,6 +114,25 @@ class ActionBuilder:
         self._prefixes: dict[str, tuple[bytes, bytes]] = {}
         self._topic_index: dict[str, str] = {}
 
+    def build_source(self, rec: Record, source: dict[str, Any] | None, key: Any) -> Action:
+        """`build(Doc(rec, source, key))` without making the Doc: the common case of a
+        decoded value and no transforms, where every choice `build` makes per document is
+        the configured default. Same bytes, same errors."""
+        if not self._plain or source is None:
+            return self.build(Doc(rec, source, key))
+        index = self._topic_index.get(rec.topic)
+        if index is None:
+            index = self.index_for(rec)
+        doc_id = self._derive_id(rec, source, key)
+        if doc_id is None:
+            return Action(None, self._prefixes_of(index)[1] + _dumps(source) + b"\n", rec)
+        if not doc_id or (len(doc_id) > 128 and _utf8_len(doc_id) > MAX_ID_BYTES):
+            msg = f"document id must be 1 to {MAX_ID_BYTES} bytes (UTF-8), got {doc_id[:40]!r}..."
+            raise ActionError(msg)
+        prefix = self._prefixes_of(index)[0]
+        body = _dumps(source)  # before the id, as in `build`: the same error when both fail
+        return Action(doc_id, b"".join((prefix, _dumps(doc_id), _ID_END, body, b"\n")), rec)
+
     def build(self, doc: Doc) -> Action:
         """Encode `doc`; raise ActionError when the record cannot be indexed as configured."""
         rec = doc.record
@@ -126,7 +145,7 @@ class ActionBuilder:
                 why = self._judge(index)
             if why:
                 raise InvalidIndexName(why)
-        doc_id = _as_id(doc.id) if doc.id is not None else self._derive_id(doc)
+        doc_id = _as_id(doc.id) if doc.id is not None else self._derive_id(rec, doc.source, doc.key)
         if doc_id is not None and (
             not doc_id or (len(doc_id) > 128 and _utf8_len(doc_id) > MAX_ID_BYTES)
         ):
@@ -135,13 +154,13 @@ class ActionBuilder:
         kind = doc.action
         if kind is None and not doc.delete:
             if self._plain and doc.routing is None and doc.source is not None:
-                prefixes = self._prefixes.get(index)
-                if prefixes is None:
-                    prefixes = self._prefixes[index] = self._line_prefixes(index)
+                prefixes = self._prefixes_of(index)
                 body = _dumps(doc.source)
                 if doc_id is None:
                     return Action(None, prefixes[1] + body + b"\n", rec)
-                return Action(doc_id, prefixes[0] + _dumps(doc_id) + b"}}\n" + body + b"\n", rec)
+                return Action(
+                    doc_id, b"".join((prefixes[0], _dumps(doc_id), _ID_END, body, b"\n")), rec
+                )
             write: _Write | None = self._default
         elif doc.delete or kind == DELETE:
             if kind is not None and kind != DELETE:
@@ -255,24 +274,27 @@ class ActionBuilder:
             meta["version"] = self._header_version(rec)
             meta["version_type"] = "external"
 
-    def _line_prefixes(self, index: str) -> tuple[bytes, bytes]:
+    def _prefixes_of(self, index: str) -> tuple[bytes, bytes]:
         """Action-line bytes for `index`: (with `_id` still to append, without `_id`)."""
-        head = b'{"' + self._op.encode() + b'":{"_index":' + _dumps(index)
-        return head + b',"_id":', head + b"}}\n"
+        prefixes = self._prefixes.get(index)
+        if prefixes is None:
+            head = b'{"' + self._op.encode() + b'":{"_index":' + _dumps(index)
+            prefixes = self._prefixes[index] = (head + b',"_id":', head + b"}}\n")
+        return prefixes
 
-    def _derive_id(self, doc: Doc) -> str | None:
+    def _derive_id(self, rec: Record, source: dict[str, Any] | None, key: Any) -> str | None:
         mode = self._id_mode
         if mode == "key":
-            if doc.key is None:
+            if key is None:
                 if self._null_key_dlq:
                     msg = "the record has no key (DOC_ID=key, ON_NULL_KEY=dlq)"
                     raise ActionError(msg)
-                return doc.record.coordinates
-            return _as_id(doc.key)
+                return rec.coordinates
+            return _as_id(key)
         if mode == "coordinates":
-            return doc.record.coordinates
+            return rec.coordinates
         if mode == "field":
-            value = self._id_get(doc.source, None)
+            value = self._id_get(source, None)
             if value is None:  # missing or null
                 msg = f"document id field {self._id_path} is missing or null"
                 raise ActionError(msg)
@@ -311,6 +333,10 @@ class ActionBuilder:
             msg = "the record has no timestamp for @timestamp (data stream)"
             raise ActionError(msg)
         return doc.record.timestamp
+
+
+_ID_END = b"}}\n"
+"""What closes an action line after its `_id`."""
 
 
 def _dumps(value: Any) -> bytes:

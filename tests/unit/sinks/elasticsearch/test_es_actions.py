@@ -411,3 +411,49 @@ def test_action_errors_keep_the_class_name_dead_letters_publish() -> None:
     dl = DeadLetter.from_exception(record(), "index", err)
     assert dl.error_class == "sinks.actions.ActionError"
     assert type(pickle.loads(pickle.dumps(err))) is ActionError
+
+
+# ------------------------------------------------- build_source (no transforms, no Doc)
+
+_CONFIGS = [
+    {},
+    {"DOC_ID": "coordinates"},
+    {"DOC_ID": "none"},
+    {"DOC_ID": "field:user.id"},
+    {"ON_NULL_KEY": "dlq", "DLQ_TOPIC": "dead"},
+    {"ES_INDEX": "logs-{topic}-{yyyy.MM.dd}"},
+    {"ES_INDEX": "{topic}"},  # the topic "Bad" makes an invalid index name
+    {"WRITE_METHOD": "create"},
+    {"WRITE_METHOD": "upsert"},
+    {"ES_ROUTING": "key"},
+    {"VERSION": "offset"},
+    {"ES_PIPELINE": "p1"},
+]
+_INPUTS = [
+    ({"a": 1, "user": {"id": 7}}, "k1"),
+    ({"a": "x"}, None),  # null key
+    ({"user": {"id": None}}, 12),  # a key that is not a string; a null id field
+    ({"a": 1}, ""),  # empty id
+    ({"a": 1}, "é" * 300),  # 600 bytes of UTF-8: too long
+    ({"a": {1, 2}}, "k1"),  # not JSON-serializable (as a Python value could be)
+    (None, "k1"),  # no source
+]
+
+
+def _outcome(fn: Any, *args: Any) -> Any:
+    try:
+        action = fn(*args)
+    except ActionError as e:
+        return type(e), str(e)
+    return action.id, action.data, action.record
+
+
+@pytest.mark.parametrize("env", _CONFIGS, ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()))
+def test_build_source_is_build_of_a_doc(env: dict[str, str]) -> None:
+    """The processor's no-transform path (no Doc made) gives exactly what `build` gives:
+    the same bytes, the same record, the same error."""
+    b = builder(**env)
+    for rec in (record(), record(topic="Bad"), record(timestamp=None)):
+        for source, key in _INPUTS:
+            expected = _outcome(b.build, Doc(rec, source, key))
+            assert _outcome(b.build_source, rec, source, key) == expected, (rec, source, key)
