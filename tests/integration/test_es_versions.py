@@ -98,10 +98,11 @@ class SwappedRootProxy(RootProxy):
         return super()._forward(method, path, headers, body)
 
 
-def test_a_server_found_unsupported_mid_flow_stops_it_with_one_line(services, es, names):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_server_found_unsupported_mid_flow_stops_it_with_one_line(services, es, names, workers):
     """Detection first happens on a bulk (the start check got a 503): the refusal ends the
-    flow with the start's one line, not a Python traceback. (Bytewax's panic hook still
-    prints that a worker panicked, before the line.)"""
+    flow with the start's one line, not a Python traceback. (With one worker, Bytewax's
+    panic hook still prints that the worker panicked, before the line.)"""
     topic = names("swapped")
     create_topic(services.kafka, topic)
     produce(services.kafka, topic, [(b"k", b'{"a": 1}')])
@@ -109,7 +110,7 @@ def test_a_server_found_unsupported_mid_flow_stops_it_with_one_line(services, es
     headers = {"X-Elastic-Product": "Elasticsearch"}
     with SwappedRootProxy(services.es_url, root, headers, outages=2) as proxy:
         env = {"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": topic, "ES_HOSTS": proxy.url}
-        run = run_flow(services, env, timeout=60)
+        run = run_flow(services, env, "-w", workers, timeout=60)
     assert run.returncode == 1, run.output
     assert "answered HTTP 503 at start; the sink will retry" in run.output, run.output
     assert "retrying 1 of 1 actions" in run.output, run.output  # the bulk's 503: retried
