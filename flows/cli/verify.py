@@ -18,7 +18,9 @@ Elasticsearch applies them: `index` replaces, `create` keeps the first, `update`
 
 A document written by a record Elasticsearch refused (in the dead-letter topic, stage
 `index`) is not compared: what the index holds then is an earlier write. With ES_PIPELINE
-the ingest pipeline changes documents, so only their presence is compared.
+the ingest pipeline changes documents, and under WRITE_METHOD=script the script does, so
+only their presence is compared (a scripted update creates a missing document only with
+an upsert).
 """
 
 from __future__ import annotations
@@ -56,6 +58,14 @@ class Write:
     source: Any
     coords: Coords
     timestamp: int
+
+
+@dataclass(frozen=True)
+class Scripted:
+    """A scripted update's effect, which only the script knows: the document exists
+    afterwards if it did before, or if the update upserts (`upsert`, `scripted_upsert`)."""
+
+    creates: bool
 
 
 @dataclass
@@ -123,7 +133,7 @@ def decode_action(action: Action) -> tuple[str, DocKey, Any]:
     ((op, meta),) = orjson.loads(lines[0]).items()
     body = orjson.loads(lines[1]) if op != "delete" else None
     if op == "update" and isinstance(body, dict):
-        body = body.get("doc")
+        body = Scripted("upsert" in body) if "script" in body else body.get("doc")
     return op, (meta["_index"], meta.get("_id") or "", meta.get("routing")), body
 
 
@@ -153,6 +163,8 @@ def final_state(writes: list[Write]) -> list[tuple[Write, Any]]:
             state = w.source
         elif w.op == "create":
             state = w.source if state is None else state
+        elif w.op == "update" and isinstance(w.source, Scripted):
+            state = {} if state is None and w.source.creates else state
         elif w.op == "update":
             state = merged(state or {}, w.source)
         elif w.op == "delete":
@@ -180,7 +192,7 @@ def verify(
     parts = common.flow_partitions(settings, topic, partition)
     topics = {p.topic for p in parts}
     whole = partition is None and from_offset is None and to_offset is None and sample is None
-    report = Report(content_compared=not settings.es_pipeline)
+    report = Report(content_compared=not settings.es_pipeline and settings.write_method != "script")
     plan: list[tuple[PartitionOffsets, int, int]] = []
     for p in parts:
         start = max(from_offset if from_offset is not None else p.low, p.low)

@@ -2,6 +2,8 @@
 stored and by an inline Painless script, a scripted upsert, and a concurrent writer's
 increments all counted (retry on conflict).
 
+`es-sink verify` after a scripted run compares presence only.
+
 Painless runs only where the node has it: OpenSearch nodes from scripts/stack get
 OpenSearch's lang-painless module from Maven Central (scripts/stacklib/painless.py);
 Elasticsearch's is not on Maven Central, so on the integ-test-zip node these tests check
@@ -15,7 +17,14 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import committed_offsets, consume_all, create_topic, produce, run_flow
+from tests.conftest import (
+    committed_offsets,
+    consume_all,
+    create_topic,
+    produce,
+    run_cli,
+    run_flow,
+)
 from tests.integration.updates_support import racing
 
 pytestmark = pytest.mark.integration
@@ -106,6 +115,12 @@ def test_stored_and_inline_scripts_increment_a_counter(services, es, names):
     assert _source(es, stored, "new") is None  # ON_MISSING_DOCUMENT=dlq
     assert _source(es, inline, "c") == {"n": 16, "keep": "x"}
     assert _source(es, inline, "new") == {"n": 5}
+    # `es-sink verify` cannot know what a script made of a document: it checks presence.
+    verified = run_cli(services, env, "verify", "--json")
+    assert verified.exit_code == 0, verified.stdout + verified.stderr
+    report = verified.json()
+    assert report["ok"] and not report["content_compared"], report
+    assert (report["records"], report["documents"], report["compared"]) == (4, 2, 2), report
     dead = [(m.topic(), m.key(), dict(m.headers() or [])) for m in consume_all(services.kafka, dlq)]
     assert [(t, k) for t, k, _ in dead] == [(dlq, b"new")]
     headers = dead[0][2]

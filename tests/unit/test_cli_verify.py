@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flows.cli.verify import Write, decode_action, final_state, merged
+from flows.cli.verify import Scripted, Write, decode_action, final_state, merged
 from sinks.model import Action, Record
 
 
@@ -38,3 +38,16 @@ def test_actions_decode_as_the_sink_sends_them() -> None:
     assert decode_action(Action("k", line, rec)) == ("update", ("i", "k", "r"), {"a": 1})
     delete = b'{"delete":{"_index":"i","_id":"k"}}\n'
     assert decode_action(Action("k", delete, rec)) == ("delete", ("i", "k", None), None)
+
+
+def test_a_scripted_update_keeps_the_document_and_creates_one_only_with_an_upsert() -> None:
+    rec = Record("t", 0, 1, None, b"k", b"{}")
+    meta = b'{"update":{"_index":"i","_id":"k"}}\n'
+    script = b'{"script":{"id":"s","params":{"doc":{"a":1}}}'
+    plain = decode_action(Action("k", meta + script + b"}\n", rec))
+    upsert = decode_action(Action("k", meta + script + b',"upsert":{"a":1}}\n', rec))
+    assert (plain[2], upsert[2]) == (Scripted(creates=False), Scripted(creates=True))
+    assert final_state([_w("update", plain[2], 1)])[-1][1] is None  # missing stays missing
+    assert final_state([_w("update", upsert[2], 1)])[-1][1] == {}  # present
+    kept = [_w("index", {"v": 1}, 1), _w("update", plain[2], 2)]
+    assert final_state(kept)[-1][1] == {"v": 1}  # present; its content is the script's
