@@ -34,6 +34,7 @@ from .config import (
     SECURE_ENV,
     SINK_USER,
     STACK_DIR,
+    STACK_HOST,
     StackError,
     log,
 )
@@ -125,13 +126,13 @@ def get(path: str, timeout: float = 5) -> tuple[int, dict[str, Any]]:
     try:
         if secure():
             # HTTPS verified against the local CA, as the superuser of the file realm.
-            req = urllib.request.Request(f"https://127.0.0.1:{ES_PORT}{path}")
+            req = urllib.request.Request(f"https://{STACK_HOST}:{ES_PORT}{path}")
             creds = json.loads((SECURE_DIR / "credentials.json").read_text())
             auth = f"{ADMIN_USER}:{creds['es_admin_password']}".encode()
             req.add_header("Authorization", "Basic " + base64.b64encode(auth).decode())
             with urllib.request.urlopen(req, timeout=timeout, context=tls_context()) as r:
                 return r.status, json.loads(r.read() or b"{}")
-        with urllib.request.urlopen(f"http://127.0.0.1:{ES_PORT}{path}", timeout=timeout) as r:
+        with urllib.request.urlopen(f"http://{STACK_HOST}:{ES_PORT}{path}", timeout=timeout) as r:
             return r.status, json.loads(r.read() or b"{}")
     except urllib.error.HTTPError as e:
         return e.code, {}
@@ -142,7 +143,7 @@ def get(path: str, timeout: float = 5) -> tuple[int, dict[str, Any]]:
 def up() -> None:
     check_distribution()
     if pid_alive(PID_FILE):
-        log(f"{NAME} already running on http://127.0.0.1:{ES_PORT}")
+        log(f"{NAME} already running on http://{STACK_HOST}:{ES_PORT}")
         return
     check_ports(NAME, {"ES_PORT": ES_PORT, "ES_TRANSPORT_PORT": ES_TRANSPORT_PORT})
     is_secure = secure()
@@ -170,6 +171,7 @@ def up() -> None:
             "elasticsearch.yml",
             data=str(ES_DIR / "data"),
             logs=str(ES_DIR / "logs"),
+            host=STACK_HOST,
             http_port=str(ES_PORT),
             transport_port=str(ES_TRANSPORT_PORT),
             security=(es_secure.settings(conf) if is_secure else security),
@@ -210,7 +212,7 @@ def up() -> None:
     version = info.get("version", {}).get("number", VERSION)
     scheme = "https" if is_secure else "http"
     took = time.monotonic() - t0
-    log(f"{NAME} {version} up on {scheme}://127.0.0.1:{ES_PORT} in {took:.1f}s")
+    log(f"{NAME} {version} up on {scheme}://{STACK_HOST}:{ES_PORT} in {took:.1f}s")
     if is_secure:
         log(
             f"Elasticsearch security on (TLS, users {SINK_USER} and {ADMIN_USER}); "
@@ -229,12 +231,12 @@ def status(is_secure: bool) -> bool:
     scheme = "https" if is_secure else "http"
     if pid and code == 200:
         log(
-            f"{NAME} {VERSION}: running (pid {pid}) on {scheme}://127.0.0.1:{ES_PORT}, "
+            f"{NAME} {VERSION}: running (pid {pid}) on {scheme}://{STACK_HOST}:{ES_PORT}, "
             f"health {health.get('status')}, log {LOG_FILE}"
         )
         return True
     if pid:
-        log(f"{NAME}: process {pid} alive but not answering on {scheme}://127.0.0.1:{ES_PORT}")
+        log(f"{NAME}: process {pid} alive but not answering on {scheme}://{STACK_HOST}:{ES_PORT}")
     else:
         log(f"{NAME}: not running")
     return False

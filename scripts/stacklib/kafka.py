@@ -28,6 +28,7 @@ from .config import (
     SECURE_DIR,
     SECURE_ENV,
     SINK_USER,
+    STACK_HOST,
     StackError,
     log,
 )
@@ -71,9 +72,9 @@ def answers(port: int = KAFKA_PORT, tls: ssl.SSLContext | None = None) -> bool:
     """
     try:
         with contextlib.ExitStack() as stack:
-            s = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=2))
+            s = stack.enter_context(socket.create_connection((STACK_HOST, port), timeout=2))
             if tls is not None:
-                s = stack.enter_context(tls.wrap_socket(s, server_hostname="127.0.0.1"))
+                s = stack.enter_context(tls.wrap_socket(s, server_hostname=STACK_HOST))
             client = b"stack"
             body = struct.pack(">hhih", 18, 0, 1, len(client)) + client
             s.sendall(struct.pack(">i", len(body)) + body)
@@ -108,12 +109,14 @@ def scram_credential(password: str) -> str:
 
 def server_properties(data: Path, creds: dict[str, str], is_secure: bool) -> str:
     """server.properties: PLAINTEXT and CONTROLLER listeners, plus SASL_SSL when secure."""
-    listeners = f"PLAINTEXT://127.0.0.1:{KAFKA_PORT},CONTROLLER://127.0.0.1:{KAFKA_CONTROLLER_PORT}"
+    listeners = (
+        f"PLAINTEXT://{STACK_HOST}:{KAFKA_PORT},CONTROLLER://{STACK_HOST}:{KAFKA_CONTROLLER_PORT}"
+    )
     protocol_map = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
     secure_lines: list[str] = []
     if is_secure:
         # An extra SASL_SSL listener; inter-broker and controller traffic stay PLAINTEXT.
-        listeners += f",SASL_SSL://127.0.0.1:{KAFKA_SECURE_PORT}"
+        listeners += f",SASL_SSL://{STACK_HOST}:{KAFKA_SECURE_PORT}"
         protocol_map += ",SASL_SSL:SASL_SSL"
         secure_lines = [
             "sasl.enabled.mechanisms=SCRAM-SHA-512",
@@ -126,6 +129,7 @@ def server_properties(data: Path, creds: dict[str, str], is_secure: bool) -> str
         ]
     return render(
         "kafka-server.properties",
+        host=STACK_HOST,
         controller_port=str(KAFKA_CONTROLLER_PORT),
         listeners=listeners,
         protocol_map=protocol_map,
@@ -136,7 +140,7 @@ def server_properties(data: Path, creds: dict[str, str], is_secure: bool) -> str
 
 def up() -> None:
     if pid_alive(PID_FILE):
-        log(f"Kafka already running on 127.0.0.1:{KAFKA_PORT}")
+        log(f"Kafka already running on {STACK_HOST}:{KAFKA_PORT}")
         return
     ports = {"KAFKA_PORT": KAFKA_PORT, "KAFKA_CONTROLLER_PORT": KAFKA_CONTROLLER_PORT}
     is_secure = secure()
@@ -207,11 +211,11 @@ def up() -> None:
             and (not is_secure or answers(KAFKA_SECURE_PORT, tls_context()))
         ),
     )
-    log(f"Kafka {KAFKA_VERSION} up on 127.0.0.1:{KAFKA_PORT} in {time.monotonic() - t0:.1f}s")
+    log(f"Kafka {KAFKA_VERSION} up on {STACK_HOST}:{KAFKA_PORT} in {time.monotonic() - t0:.1f}s")
     if is_secure:
         log(
-            f"Kafka SASL_SSL (SCRAM-SHA-512, user {SINK_USER}) on 127.0.0.1:{KAFKA_SECURE_PORT}; "
-            f"client settings in {SECURE_ENV}"
+            f"Kafka SASL_SSL (SCRAM-SHA-512, user {SINK_USER}) on "
+            f"{STACK_HOST}:{KAFKA_SECURE_PORT}; client settings in {SECURE_ENV}"
         )
 
 
@@ -227,17 +231,17 @@ def status(is_secure: bool) -> bool:
     """Log whether the broker runs and answers (on the SASL_SSL listener too when secure)."""
     pid = pid_alive(PID_FILE)
     if pid and is_secure and not answers(KAFKA_SECURE_PORT, tls_context()):
-        log(f"Kafka: SASL_SSL listener 127.0.0.1:{KAFKA_SECURE_PORT} not answering")
+        log(f"Kafka: SASL_SSL listener {STACK_HOST}:{KAFKA_SECURE_PORT} not answering")
         return False
     if pid and answers():
-        secure_note = f" and SASL_SSL 127.0.0.1:{KAFKA_SECURE_PORT}" if is_secure else ""
+        secure_note = f" and SASL_SSL {STACK_HOST}:{KAFKA_SECURE_PORT}" if is_secure else ""
         log(
-            f"Kafka {KAFKA_VERSION}: running (pid {pid}) on 127.0.0.1:{KAFKA_PORT}{secure_note}, "
-            f"log {LOG_FILE}"
+            f"Kafka {KAFKA_VERSION}: running (pid {pid}) on {STACK_HOST}:{KAFKA_PORT}"
+            f"{secure_note}, log {LOG_FILE}"
         )
         return True
     if pid:
-        log(f"Kafka: process {pid} alive but not answering on 127.0.0.1:{KAFKA_PORT}")
+        log(f"Kafka: process {pid} alive but not answering on {STACK_HOST}:{KAFKA_PORT}")
     else:
         log("Kafka: not running")
     return False

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .config import CACHE_DIR, STACK_DIR, START_TIMEOUT_S, StackError, log
+from .config import CACHE_DIR, STACK_DIR, STACK_HOST, START_TIMEOUT_S, StackError, log
 
 
 def run_quiet(cmd: list[str], what: str) -> None:
@@ -44,7 +44,7 @@ def pid_alive(pid_file: Path) -> int | None:
 def port_busy(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((STACK_HOST, port)) == 0
 
 
 def check_ports(name: str, ports: dict[str, int]) -> None:
@@ -52,7 +52,7 @@ def check_ports(name: str, ports: dict[str, int]) -> None:
     for var, port in ports.items():
         if port_busy(port):
             raise StackError(
-                f"port {port} ({var}) on 127.0.0.1 is busy, so {name} cannot start: "
+                f"port {port} ({var}) on {STACK_HOST} is busy, so {name} cannot start: "
                 f"stop what listens there or set {var} to a free port"
             )
 
