@@ -28,6 +28,7 @@ import orjson
 from elasticsearch import Elasticsearch
 
 from bench.data import SEED, lat_key_for, make_doc
+from sinks.elasticsearch.client import connect
 
 RETRY_STATUSES = {429, 502, 503, 504}
 
@@ -58,7 +59,7 @@ def bulk(args: argparse.Namespace) -> None:
         chunks = json.load(f)  # [[offset, length], ...]
     if args.limit:
         chunks = chunks[: args.limit]
-    es = Elasticsearch(args.es, request_timeout=120)
+    es = connect(args.es, request_timeout=120)
     fd = os.open(args.bodies, os.O_RDONLY)
 
     def one(chunk: list[int]) -> None:
@@ -72,7 +73,7 @@ def bulk(args: argparse.Namespace) -> None:
 
 
 def paced(args: argparse.Namespace) -> None:
-    es = Elasticsearch(args.es, request_timeout=120)
+    es = connect(args.es, request_timeout=120)
     rng = random.Random(SEED + 1)
     t0 = time.time()
     print(f"T0 {t0:.6f}", flush=True)

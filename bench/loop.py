@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
-from elasticsearch import Elasticsearch, helpers
+from elasticsearch import helpers
+
+from sinks.elasticsearch.client import connect
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    es = Elasticsearch(args.es, request_timeout=120)
+    es = connect(args.es, request_timeout=120)  # speaks Elasticsearch 8 too
     consumer = Consumer(
         {
             "bootstrap.servers": args.bootstrap,

@@ -18,10 +18,10 @@ from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from elasticsearch import Elasticsearch
 
 from devkit.es import count_docs
 from devkit.kafka import create_topic, end_offsets
+from sinks.elasticsearch.client import connect
 
 __all__ = [
     "PARTITIONS",
@@ -53,7 +53,7 @@ class Services:
         self.es_url = es_url
         self.run_id = run_id
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
-        self.es = Elasticsearch(es_url, request_timeout=120)
+        self.es = connect(es_url, request_timeout=120)
         self.topics: list[str] = []
         self.indices: list[str] = []
         self.groups: list[str] = []

@@ -193,7 +193,7 @@ def summary(mode: str, r: ModeResult, seed: int, rate: float, seconds: float) ->
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from elasticsearch import Elasticsearch
+    from sinks.elasticsearch.client import connect
 
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     run = uuid.uuid4().hex[:8]
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.timeout
     say(f"chaos run {run}: seed={seed} logs in {workdir}")
-    es: Any = Elasticsearch(args.es, request_timeout=120)
+    es: Any = connect(args.es, request_timeout=120)
     passed = True
     try:
         for name in args.modes:
