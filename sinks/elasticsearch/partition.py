@@ -140,7 +140,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
             added = 0
             for chunk in items:
                 self._buf.extend(chunk)
-                added += sum(len(a.data) for a in chunk)
+                added += sum([len(a.data) for a in chunk])
             self._bytes += added
             over_budget = self._held.add(added)
             if (

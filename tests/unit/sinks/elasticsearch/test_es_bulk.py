@@ -334,3 +334,34 @@ def test_chunks_respect_the_action_and_byte_limits() -> None:
     assert [n for _, n in bulk.chunks(acts, 100, 2 * size)] == [2 * size] * 3 + [size]
     assert [len(c) for c, _ in bulk.chunks(acts, 100, 1)] == [1] * 7  # larger alone: still sent
     assert list(bulk.chunks([], 3, 10)) == []
+
+
+def _chunks_one_by_one(acts: list[Action], max_actions: int, max_bytes: int) -> list[Any]:
+    """The plain per-action loop `bulk.chunks` must agree with."""
+    out, start = [], 0
+    while start < len(acts):
+        end, size = start, 0
+        while end < len(acts) and end - start < max_actions:
+            n = len(acts[end].data)
+            if size + n > max_bytes and end > start:
+                break
+            size += n
+            end += 1
+        out.append((acts[start:end], size))
+        start = end
+    return out
+
+
+def test_chunks_split_as_a_loop_over_each_action_would() -> None:
+    import random
+
+    rng = random.Random(14)
+    rec = Record("t", 0, 0, None, None, b"")
+    for _ in range(300):
+        acts = [
+            Action(str(i), b"x" * rng.choice((0, 1, 5, 50, 300)), rec)
+            for i in range(rng.randrange(0, 40))
+        ]
+        max_actions, max_bytes = rng.randrange(1, 12), rng.choice((1, 40, 300, 1000, 10**6))
+        got = list(bulk.chunks(acts, max_actions, max_bytes))
+        assert got == _chunks_one_by_one(acts, max_actions, max_bytes)
