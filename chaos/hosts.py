@@ -385,9 +385,11 @@ def kill_leftovers() -> list[int]:
 
 
 def cleanup_all() -> None:
+    """Flow processes, then the stack (while its address still exists: Kafka's clean
+    stop needs it), then namespaces and links."""
     killed = kill_leftovers()
-    removed = net.teardown()
     stack("down")
+    removed = net.teardown()
     say(f"hosts: cleanup: killed {killed or 'no processes'}, removed {removed or 'nothing'}")
 
 
