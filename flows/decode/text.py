@@ -26,15 +26,25 @@ def build_string(settings: Settings, is_value: bool) -> Decoder:
             msg = f"invalid UTF-8 at byte {e.start}: {e.reason}; payload starts {snippet(data)}"
             raise DecodeError(msg) from None
 
+    # The decoders call `bytes.decode` themselves (one call per record, not two) and leave
+    # the error message to `text_of`, which fails the same way again.
     if is_value:
 
         def decode_string_value(record: Record) -> dict[str, Any]:
-            return {value_field: text_of(record.value)}  # type: ignore[arg-type]
+            data: bytes = record.value  # type: ignore[assignment]  # never None
+            try:
+                return {value_field: data.decode("utf-8")}
+            except UnicodeDecodeError:
+                return {value_field: text_of(data)}
 
         return decode_string_value
 
     def decode_string_key(record: Record) -> Any:
-        return text_of(record.key)  # type: ignore[arg-type]
+        data: bytes = record.key  # type: ignore[assignment]  # never None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return text_of(data)
 
     return decode_string_key
 

@@ -91,6 +91,7 @@ class ActionBuilder:
         self._names: dict[str, str] = {}
         """Index name → why it is refused ("" when it is fine), for names records produce."""
         self._id_mode = config.doc_id
+        self._key_ids = config.doc_id == "key"
         self._id_path = config.id_field
         if self._id_mode == "field" and self._id_path is None:
             msg = "DOC_ID=field needs a field path"
@@ -123,15 +124,25 @@ class ActionBuilder:
         index = self._topic_index.get(rec.topic)
         if index is None:
             index = self.index_for(rec)
-        doc_id = self._derive_id(rec, source, key)
-        if doc_id is None:
-            return Action(None, self._prefixes_of(index)[1] + _dumps(source) + b"\n", rec)
-        if not doc_id or (len(doc_id) > 128 and _utf8_len(doc_id) > MAX_ID_BYTES):
-            msg = f"document id must be 1 to {MAX_ID_BYTES} bytes (UTF-8), got {doc_id[:40]!r}..."
-            raise ActionError(msg)
-        prefix = self._prefixes_of(index)[0]
-        body = _dumps(source)  # before the id, as in `build`: the same error when both fail
-        return Action(doc_id, b"".join((prefix, _dumps(doc_id), _ID_END, body, b"\n")), rec)
+        if self._key_ids and type(key) is str and 0 < len(key) <= 128:
+            doc_id: str | None = key  # what `_derive_id` gives, and short enough
+        else:
+            doc_id = self._derive_id(rec, source, key)
+            if doc_id is None:
+                return Action(None, self._prefixes_of(index)[1] + _dumps(source) + b"\n", rec)
+            if not doc_id or (len(doc_id) > 128 and _utf8_len(doc_id) > MAX_ID_BYTES):
+                msg = (
+                    f"document id must be 1 to {MAX_ID_BYTES} bytes (UTF-8), got {doc_id[:40]!r}..."
+                )
+                raise ActionError(msg)
+        prefixes = self._prefixes.get(index) or self._prefixes_of(index)
+        try:
+            body = _orjson_dumps(source)
+            id_json = _orjson_dumps(doc_id)
+        except TypeError:  # `_dumps` says why (or encodes what is too deep for orjson)
+            body = _dumps(source)  # before the id, as in `build`: the same error
+            id_json = _dumps(doc_id)
+        return Action(doc_id, b"".join((prefixes[0], id_json, _ID_END, body, b"\n")), rec)
 
     def build(self, doc: Doc) -> Action:
         """Encode `doc`; raise ActionError when the record cannot be indexed as configured."""
@@ -337,6 +348,7 @@ class ActionBuilder:
 
 _ID_END = b"}}\n"
 """What closes an action line after its `_id`."""
+_orjson_dumps = orjson.dumps
 
 
 def _dumps(value: Any) -> bytes:

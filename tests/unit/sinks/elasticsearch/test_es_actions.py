@@ -429,6 +429,19 @@ _CONFIGS = [
     {"VERSION": "offset"},
     {"ES_PIPELINE": "p1"},
 ]
+
+
+class _Str(str):
+    pass
+
+
+def _deep(depth: int) -> dict[str, Any]:
+    doc: dict[str, Any] = {"x": 1}
+    for _ in range(depth):
+        doc = {"d": doc}
+    return doc
+
+
 _INPUTS = [
     ({"a": 1, "user": {"id": 7}}, "k1"),
     ({"a": "x"}, None),  # null key
@@ -437,6 +450,12 @@ _INPUTS = [
     ({"a": 1}, "é" * 300),  # 600 bytes of UTF-8: too long
     ({"a": {1, 2}}, "k1"),  # not JSON-serializable (as a Python value could be)
     (None, "k1"),  # no source
+    ({"a": 1}, "k" * 128),  # the longest id the shortcut takes
+    ({"a": 1}, "k" * 513),  # too long, all ASCII
+    ({"a": 1}, "\ud800"),  # a lone surrogate orjson cannot encode
+    ({"a": "\ud800"}, "\ud800"),  # both fail: the source's error, as in `build`
+    (_deep(300), "k1"),  # deeper than orjson encodes: the json fallback
+    ({"a": 1}, _Str("k1")),  # a str subclass: the long way, same result
 ]
 
 
