@@ -6,8 +6,10 @@ supervisor can only restart what stops.
 Every few seconds this thread looks at the time since this process's last snapshot. When
 no epoch closed for CLUSTER_STALL_S, it does not yet blame anyone: an Elasticsearch outage
 stalls epochs too, and then a sink somewhere retries. It exits (status 1, one line) only
-when nothing in this process retries and a peer's status API does not answer either; a
-peer that answers is alive (it may be the one retrying). Without API_PORT it cannot ask, so
+when a peer's status API that answered before does not answer now, and either nothing in
+this process retries or no peer answers at all (this host is the one cut off: its own
+retries would hold it up as long as the link is down). A peer that answers is alive (it
+may be the one retrying). Without API_PORT it cannot ask, so
 it only logs the stall; a peer it never reached (a network policy, API_HOST on loopback
 across hosts) is not held against the cluster. Nothing was committed past what is durable,
 so the restart is safe.
@@ -27,7 +29,7 @@ from flows.config import Settings
 from flows.config.api import is_loopback
 from flows.runtime import RunArgs
 from sinks import progress
-from sinks.backoff import under_way
+from sinks.backoff import UnderWay, under_way
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +82,8 @@ class Watch:
         self.started = time.monotonic()
         # Epochs are -s long: a stall shorter than three of them is no stall.
         self.limit = max(settings.cluster_stall_s, 3 * run.epoch_s)
-        self.warned = False
+        self.warned: str | None = None
+        """The reason last logged for not exiting during this stall."""
 
     def reached_all(self) -> bool:
         return len(self.reached) == len(self.peers)
@@ -92,39 +95,59 @@ class Watch:
 
     def verdict(self) -> str | None:
         """Why the process should exit now, or None; asks the peers every call."""
-        silent = []
+        silent, answering, unknown = [], [], []
         for i, url in self.peers:
             if answers(url):
                 self.reached.add(i)
+                answering.append(i)
             elif i in self.reached:
                 silent.append((i, url))
+            else:
+                unknown.append((i, url))
         stalled = self.stalled_s()
         if stalled < self.limit or shutdown.requested():
-            self.warned = False
+            self.warned = None
             return None
-        if under_way() or not silent:
-            self._warn(stalled)
+        retrying = under_way()
+        # A retry here explains the stall while a peer answers (an Elasticsearch outage);
+        # with every peer silent, this host is the one cut off, or the others are gone.
+        if not silent or (retrying and answering):
+            self._warn(stalled, retrying, unknown)
             return None
         who = ", ".join(f"process {i} ({url})" for i, url in silent)
+        verb = "does" if len(silent) == 1 else "do"
+        here = (
+            f"this process retries ({retrying[0].where}: {retrying[0].reason}) but no peer "
+            "answers (this host is cut off, or the others are gone)"
+            if retrying
+            else "nothing here retries"
+        )
         return (
             f"cluster stalled: no epoch closed for {stalled:.0f}s (CLUSTER_STALL_S="
-            f"{self.settings.cluster_stall_s:g}), nothing here retries, and {who} does not "
-            "answer; exiting so that the supervisor restarts the cluster (nothing uncommitted "
-            "is lost)"
+            f"{self.settings.cluster_stall_s:g}), {here}, and {who} {verb} not answer; "
+            "exiting so that the supervisor restarts the cluster (nothing uncommitted is lost)"
         )
 
-    def _warn(self, stalled: float) -> None:
-        """One line per stall (a process with no partitions sees no epochs at all)."""
-        if self.warned:
+    def _warn(
+        self, stalled: float, retrying: list[UnderWay], unknown: list[tuple[int, str]]
+    ) -> None:
+        """One line per stall and reason for waiting (a process with no partitions sees no
+        epochs at all): a stall that outlives its first reason says why it still waits."""
+        if retrying:
+            why = f"a retry is under way ({retrying[0].where}: {retrying[0].reason})"
+        elif unknown:
+            who = ", ".join(f"process {i} ({url})" for i, url in unknown)
+            why = f"{who} never answered, so its silence is not held against the cluster"
+        elif self.peers:
+            why = "every peer answers"
+        else:
+            why = "set API_PORT so that the processes can tell a dead peer from a slow one"
+        if why == self.warned:
             return
-        self.warned = True
-        retrying = under_way()
+        self.warned = why
         logger.warning(
             "no epoch closed for %.0fs (CLUSTER_STALL_S=%g); %s",
-            stalled, self.settings.cluster_stall_s,
-            f"a retry is under way ({retrying[0].where}: {retrying[0].reason})" if retrying
-            else "every peer answers" if self.peers
-            else "set API_PORT so that the processes can tell a dead peer from a slow one",
+            stalled, self.settings.cluster_stall_s, why,
         )  # fmt: skip
 
 

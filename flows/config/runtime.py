@@ -30,7 +30,8 @@ class RuntimeSettings(Group):
     cluster_stall_s: float = setting(
         "CLUSTER_STALL_S",
         60.0,
-        "with 2+ processes: exit 1 when no epoch closed for this long, nothing here retries "
-        "and a peer's status API does not answer; 0: off",
+        "with 2+ processes: exit 1 when no epoch closed for this long and a peer's status "
+        "API stopped answering (unless this process retries while another peer answers); "
+        "0: off",
         ge=0.0,
     )

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -72,10 +74,17 @@ def test_a_frozen_peer_ends_the_cluster_with_one_line(
     produce(services.kafka, topic, numbered(0, 400))
     first, second = cluster(env, "a")
     wait_for(lambda: count_docs(es, topic) == 400, 90, "the first records")
+    # Freeze a peer of a running cluster: epochs closed, commits made, and the watchdog
+    # has asked its peer (every second until it answered once). A peer frozen before it
+    # ever answered is, by design, not held against the cluster (a network policy).
+    wait_for(lambda: committed_all(services, topic), 60, "the first commits")
+    time.sleep(3)
     second.send_signal(signal.SIGSTOP)  # a host that stops answering, links kept open
     frozen_at = time.monotonic()
     try:
         code = first.wait(STALL_S + 60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"process 0 did not exit; its status: {_status(tmp_path)}") from None
     finally:
         second.kill()
     took = time.monotonic() - frozen_at
@@ -88,14 +97,25 @@ def test_a_frozen_peer_ends_the_cluster_with_one_line(
     produce(services.kafka, topic, numbered(400, 100))
     cluster(env, "b")
     wait_for(lambda: count_docs(es, topic) == 500, 120, "every record after the restart")
-    wait_for(
-        lambda: (
-            committed_offsets(services.kafka, f"g-{topic}", topic)
-            == end_offsets(services.kafka, topic)
-        ),
-        60,
-        "the commits",
+    wait_for(lambda: committed_all(services, topic), 60, "the commits")
+
+
+def committed_all(services: Services, topic: str) -> bool:
+    return committed_offsets(services.kafka, f"g-{topic}", topic) == end_offsets(
+        services.kafka, topic
     )
+
+
+def _status(tmp_path: Path) -> str:
+    """Process 0's /status (what it retries, its partitions), for a failure message."""
+    found = re.search(r"status API on (http://\S+)", (tmp_path / "a-0.log").read_text())
+    if found is None:
+        return "no API"
+    try:
+        with urllib.request.urlopen(f"{found[1]}/status", timeout=5) as resp:
+            return resp.read().decode()
+    except OSError as e:
+        return f"no answer ({e})"
 
 
 def test_an_elasticsearch_outage_does_not_end_the_cluster(

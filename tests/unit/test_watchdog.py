@@ -1,0 +1,64 @@
+"""The cluster watchdog's verdict (flows.watchdog), with the peers' answers, the retry
+loops and the epoch clock faked; the real frozen peer is tests/integration/test_watchdog.py."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from flows import watchdog
+from flows.config import Settings
+from flows.runtime import RunArgs
+from sinks.backoff import UnderWay
+
+THREE = RunArgs(1, 3, False, epoch_s=1.0, process_id=0, addresses=("h:1", "h:2", "h:3"))
+
+
+@pytest.fixture
+def watch(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`watch(up={1, 2}, retrying=False)`: a Watch of process 0 whose epochs stalled 99 s,
+    each call's answers and retries as given (the peers answered once before)."""
+    state: dict[str, Any] = {"up": {1, 2}, "retrying": []}
+    monkeypatch.setattr(watchdog, "answers", lambda url: int(url[-1]) - 1 in state["up"])
+    monkeypatch.setattr(watchdog, "under_way", lambda: state["retrying"])
+    monkeypatch.setattr(watchdog.progress, "since_epoch_s", lambda: 99.0)
+    w = watchdog.Watch(Settings.load({"KAFKA_TOPICS": "t", "API_PORT": "8080"}), THREE)
+    w.peers = [(1, "http://h:2"), (2, "http://h:3")]
+    w.reached = {1, 2}
+
+    def step(up: set[int], retrying: bool = False) -> str | None:
+        state["up"] = up
+        state["retrying"] = [UnderWay("bulk", "HTTP 503", 0.0, 3)] if retrying else []
+        return w.verdict()
+
+    step.watch = w  # type: ignore[attr-defined]
+    return step
+
+
+def test_a_silent_peer_ends_the_process_when_nothing_here_retries(watch: Any) -> None:
+    assert watch({1, 2}) is None
+    why = watch({2})
+    assert why is not None and "nothing here retries" in why
+    assert "process 1 (http://h:2) does not answer" in why
+
+
+def test_a_retry_here_holds_the_exit_while_another_peer_answers(watch: Any) -> None:
+    assert watch({2}, retrying=True) is None  # an Elasticsearch outage: peer 2 is alive
+
+
+def test_a_retrying_process_that_no_peer_answers_is_the_one_cut_off(watch: Any) -> None:
+    why = watch(set(), retrying=True)
+    assert why is not None and "this process retries (bulk: HTTP 503) but no peer answers" in why
+    assert "process 1 (http://h:2), process 2 (http://h:3) do not answer" in why
+
+
+def test_a_peer_never_reached_is_not_held_against_the_cluster(
+    watch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    watch.watch.reached = {1}  # peer 2 never answered (a network policy, a slow start)
+    with caplog.at_level(logging.WARNING, logger="flows.watchdog"):
+        assert watch({1}) is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "process 2 (http://h:3) never answered, so its silence is not held" in line
