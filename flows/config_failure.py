@@ -26,7 +26,9 @@ def cause(error: BaseException | None) -> ConfigError | None:
         if isinstance(error, ConfigError):
             return error
         seen.add(id(error))
-        error = error.__cause__ or error.__context__
+        # `raise X from None` (or a new error while handling one) is X's own story: only
+        # an explicit cause, or a context the raiser did not suppress, leads to ours.
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
     return None
 
 

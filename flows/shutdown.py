@@ -118,18 +118,20 @@ def _on_signal(signum: int) -> None:
 
 def _exit_after(timeout_s: float, grace_s: float) -> None:
     threading.Event().wait(timeout_s + grace_s)
-    why = "is Elasticsearch or Kafka unreachable?"
-    if run_args().processes > 1:  # an epoch ends only once every process finished it
-        why = "were the other processes of the cluster signalled too? Or " + why
-    logger.error(
-        "the graceful stop did not finish within SHUTDOWN_TIMEOUT_S=%gs%s (%s); exiting "
-        "with status %d; what was not committed is read again by the next run",
-        timeout_s,
-        f" plus {grace_s:g}s for the other processes to restart too" if grace_s else "",
-        why,
-        TIMEOUT_EXIT_STATUS,
-    )
-    exit_now(TIMEOUT_EXIT_STATUS)
+    try:
+        why = "is Elasticsearch or Kafka unreachable?"
+        if run_args().processes > 1:  # an epoch ends only once every process finished it
+            why = "were the other processes of the cluster signalled too? Or " + why
+        logger.error(
+            "the graceful stop did not finish within SHUTDOWN_TIMEOUT_S=%gs%s (%s); exiting "
+            "with status %d; what was not committed is read again by the next run",
+            timeout_s,
+            f" plus {grace_s:g}s for the other processes to restart too" if grace_s else "",
+            why,
+            TIMEOUT_EXIT_STATUS,
+        )
+    finally:  # the last resort must end the process, whatever the line did
+        exit_now(TIMEOUT_EXIT_STATUS)
 
 
 def exit_now(status: int) -> None:

@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 CHECK_EVERY_S = 5.0
 ASK_TIMEOUT_S = 3.0
 EXIT_STATUS = 1
+ALL_SILENT_ROUNDS = 3
+"""Checks in a row with every peer silent before a process that retries exits anyway."""
 
 
 def watch(settings: Settings, run: RunArgs) -> None:
@@ -82,6 +84,8 @@ class Watch:
         self.started = time.monotonic()
         # Epochs are -s long: a stall shorter than three of them is no stall.
         self.limit = max(settings.cluster_stall_s, 3 * run.epoch_s)
+        self.all_silent = 0
+        """Consecutive checks in which no peer answered and one that did before is silent."""
         self.warned: str | None = None
         """The reason last logged for not exiting during this stall."""
 
@@ -110,8 +114,10 @@ class Watch:
             return None
         retrying = under_way()
         # A retry here explains the stall while a peer answers (an Elasticsearch outage);
-        # with every peer silent, this host is the one cut off, or the others are gone.
-        if not silent or (retrying and answering):
+        # with every peer silent, round after round (one slow answer proves nothing), this
+        # host is the one cut off, or the others are gone.
+        self.all_silent = self.all_silent + 1 if silent and not answering else 0
+        if not silent or (retrying and self.all_silent < ALL_SILENT_ROUNDS):
             self._warn(stalled, retrying, unknown)
             return None
         who = ", ".join(f"process {i} ({url})" for i, url in silent)

@@ -111,8 +111,7 @@ def detect(send: Send) -> Server:
     if 200 <= meta.status < 300 and isinstance(body, dict):
         for node in (body.get("nodes") or {}).values():
             if isinstance(node, dict) and node.get("version"):
-                product = "Elasticsearch" if elastic or "build_flavor" in node else "OpenSearch"
-                return Server(product, str(node["version"]))
+                return _from_node(str(node["version"]), elastic or "build_flavor" in node)
     if not elastic:
         if first == 403 and _opensearch_security(denied):
             msg = (
@@ -138,6 +137,19 @@ def detect(send: Send) -> Server:
         f"{meta.status}): {_GRANT}, or check the URL"
     )
     raise ConfigError(msg)
+
+
+def _from_node(version: str, elastic: bool) -> Server:
+    """The server a node's info describes: Elasticsearch says so (its header, or the
+    `build_flavor` it has had since 6.3); OpenSearch has neither, nor has an Elasticsearch
+    before 6.3, so a node without them is OpenSearch only for an OpenSearch major (1 to 3;
+    1 is then refused by name) and otherwise an unknown product, refused."""
+    if elastic:
+        return Server("Elasticsearch", version)
+    head = version.partition(".")[0]
+    if head.isdigit() and 1 <= int(head) <= OPENSEARCH_MAJORS[-1]:
+        return Server("OpenSearch", version)
+    return Server("a server without a product header", version)
 
 
 def refusal(server: Server, hosts: str) -> ConfigError | None:

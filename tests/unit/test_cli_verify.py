@@ -51,3 +51,17 @@ def test_a_scripted_update_keeps_the_document_and_creates_one_only_with_an_upser
     assert final_state([_w("update", upsert[2], 1)])[-1][1] == {}  # present
     kept = [_w("index", {"v": 1}, 1), _w("update", plain[2], 2)]
     assert final_state(kept)[-1][1] == {"v": 1}  # present; its content is the script's
+
+
+def test_a_document_a_script_wrote_is_checked_for_presence_only() -> None:
+    from flows.cli.verify import Report, _judge
+
+    key = ("i", "k", None)
+    writes = [_w("index", {"v": 1}, 1), _w("update", Scripted(creates=False), 2)]
+    report = Report()  # content compared: another write method, a per-record script action
+    _judge(key, writes, {"found": True, "_source": {"v": 1, "n": 7}}, report)
+    assert report.ok
+    _judge(key, [_w("update", Scripted(creates=False), 1)], {"found": True}, report)
+    assert report.ok  # a script on a missing document: only the script knows
+    _judge(key, writes, {"found": False}, report)
+    assert [d["detail"] for d in report.found["missing"]] == ["not in Elasticsearch"]

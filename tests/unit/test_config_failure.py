@@ -32,6 +32,16 @@ def test_the_config_error_behind_bytewax_error_is_found() -> None:
     assert config_failure.cause(None) is None
 
 
+def test_an_error_raised_from_none_keeps_its_own_traceback() -> None:
+    try:
+        try:
+            raise ConfigError(LINE)
+        except ConfigError:
+            raise ValueError("unrelated") from None
+    except ValueError as e:
+        assert config_failure.cause(e) is None
+
+
 def test_the_hook_prints_the_line_and_leaves_other_errors_to_the_previous_hook(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

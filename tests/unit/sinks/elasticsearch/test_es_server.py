@@ -489,6 +489,13 @@ def test_opensearch_refusing_get_root_is_told_by_its_node_info() -> None:
     assert seen[-1][2]["content-type"] == "application/x-ndjson"
 
 
+def test_a_node_without_product_header_or_build_flavor_is_opensearch_only_by_its_major() -> None:
+    old = opensearch_security((200, {}, {"nodes": {"n": {"version": "6.2.4"}}}))
+    client, _ = client_with(old)  # Elasticsearch before 6.3 (no build_flavor) or a stranger
+    with pytest.raises(ConfigError, match=r"runs a server without a product header 6\.2\.4"):
+        bulk(client)
+
+
 @pytest.mark.parametrize(
     ("route", "says"),
     [
