@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+import zipfile
 from pathlib import Path
 
 from . import maven
@@ -44,7 +45,7 @@ def install(home: Path, version: str) -> None:
                 "description=Painless scripting language (from Maven Central)",
                 f"version={version}",
                 f"name={MODULE}",
-                "classname=org.opensearch.painless.PainlessModulePlugin",
+                f"classname={_plugin_class(libs, version)}",
                 f"java.version={java}",
                 f"opensearch.version={version}",
                 "custom.foldername=",
@@ -62,6 +63,17 @@ def install(home: Path, version: str) -> None:
         "};\n"
     )
     partial.rename(target)
+
+
+def _plugin_class(libs: Path, version: str) -> str:
+    """The module's plugin class: `PainlessModulePlugin` in 3.x, `PainlessPlugin` in 2.x."""
+    with zipfile.ZipFile(libs / f"{MODULE}-{version}.jar") as jar:
+        names = set(jar.namelist())
+    for name in ("PainlessModulePlugin", "PainlessPlugin"):
+        if f"org/opensearch/painless/{name}.class" in names:
+            return f"org.opensearch.painless.{name}"
+    msg = f"{MODULE}-{version}.jar has no Painless plugin class"
+    raise RuntimeError(msg)
 
 
 def _artifact(jar: str) -> str:
