@@ -175,14 +175,32 @@ def consume_all(
 def committed_offsets(
     bootstrap: str, group: str, topic: str, timeout: float = 10.0
 ) -> dict[int, int]:
-    """The group's committed offset per partition (negative, -1001, when none)."""
-    from confluent_kafka import Consumer, TopicPartition
+    """The group's committed offset per partition (negative, -1001, when none). Retries
+    for up to `timeout` what a fresh broker answers while it creates or loads the group's
+    coordinator (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS: retriable errors)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    loading = {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError._TIMED_OUT,
+    }
 
     tps = [TopicPartition(topic, p) for p in partitions_of(bootstrap, topic, timeout)]
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
     )
+    deadline = time.monotonic() + timeout
     try:
-        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=timeout)}
+        while True:
+            try:
+                found = consumer.committed(tps, timeout=timeout)
+                return {tp.partition: tp.offset for tp in found}
+            except KafkaException as e:
+                err = e.args[0]
+                if not (err.retriable() or err.code() in loading) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         consumer.close()

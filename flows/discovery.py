@@ -43,7 +43,7 @@ from flows.config import Settings
 from flows.errors import ConfigError
 from flows.recovery_store import SOURCE_KEY, stored_keys
 from flows.runtime import restart_argv
-from flows.topics import find_topics
+from flows.topics import committed, find_topics
 
 logger = logging.getLogger(__name__)
 
@@ -267,7 +267,7 @@ def earliest_reason(
     ]
     if not others:
         return None
-    done = [tp for tp in consumer.committed(others, timeout=30) if tp.offset >= 0]
+    done = [tp for tp in committed(consumer, others) if tp.offset >= 0]
     group = settings.group_id
     if any(tp.topic == topic for tp in done):
         return f"new partition: group {group} has committed offsets for other partitions of {topic}"
@@ -314,9 +314,9 @@ def _committed_count(tp: TopicPartition) -> int | None:
 
 def _check_offsets(consumer: Consumer, group: str, found: Partitions) -> None:
     tps = [TopicPartition(t, p) for t, ps in found.items() for p in ps]
-    committed = consumer.committed(tps, timeout=30)
+    answers = committed(consumer, tps)
     for topic, parts in found.items():
-        mine = [tp for tp in committed if tp.topic == topic and tp.offset >= 0]
+        mine = [tp for tp in answers if tp.topic == topic and tp.offset >= 0]
         counts = [n for n in map(_committed_count, mine) if n is not None]
         if counts and max(counts) < len(parts):
             msg = (

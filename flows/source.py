@@ -32,7 +32,7 @@ from typing import Any, cast
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from flows import control, discovery, fencing, halt, metrics, shutdown
+from flows import control, discovery, fencing, halt, metrics, shutdown, topics
 from flows.config import Settings
 from flows.errors import PipelineError
 from flows.runtime import run_args
@@ -145,9 +145,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         )
         tp = TopicPartition(topic, partition)
         low, high = self._consumer.get_watermark_offsets(tp, timeout=30)
-        group = self._consumer.committed([tp], timeout=30)[0]
-        committed = group.offset
-        self._committed: int | None = committed if committed >= 0 else None
+        group = topics.committed(self._consumer, [tp])[0]
+        self._committed: int | None = group.offset if group.offset >= 0 else None
         self._fence = fencing.PartitionFence.of(settings, topic, partition, group)
         if resume_offset is not None:
             start, origin = resume_offset, "recovery snapshot"

@@ -8,7 +8,7 @@ import logging
 import re
 import threading
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from flows.config import Settings
@@ -17,11 +17,44 @@ from sinks.backoff import Backoff
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["find_topics", "kafka_config_error"]
+__all__ = ["committed", "find_topics", "kafka_config_error"]
 
 
 METADATA_BACKOFF = Backoff(initial_s=0.05, max_s=1.0, budget_s=30.0)
 """Looking up the topics: 30 s of tries (each waits up to 2 s for an answer)."""
+
+
+COORDINATOR_BACKOFF = Backoff(initial_s=0.1, max_s=2.0, budget_s=60.0)
+"""Asking a group's committed offsets while the broker creates or loads its coordinator."""
+
+_COORDINATOR_LOADING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError._TIMED_OUT,
+    }
+)
+
+
+def committed(consumer: Consumer, tps: list[TopicPartition]) -> list[TopicPartition]:
+    """The group's committed offsets of `tps`. A fresh broker answers NOT_COORDINATOR (or
+    that it is loading) until it has created `__consumer_offsets` and the group's
+    coordinator: a flow started with the broker must wait, not crash at start."""
+    retries = COORDINATOR_BACKOFF.start()
+    while True:
+        try:
+            return consumer.committed(tps, timeout=30)
+        except KafkaException as e:
+            err = e.args[0]
+            if err.code() not in _COORDINATOR_LOADING or retries.over_budget():
+                raise
+            if retries.count == 0:
+                logger.warning(
+                    "Kafka's group coordinator does not answer yet (%s); asking again for "
+                    "up to %gs", err.str(), COORDINATOR_BACKOFF.budget_s,
+                )  # fmt: skip
+            retries.sleep(retries.next_delay(), "kafka-coordinator", err.str())
 
 
 def find_topics(settings: Settings) -> dict[str, list[int]]:
