@@ -16,7 +16,12 @@ from types import TracebackType
 
 from flows.errors import ConfigError
 
-__all__ = ["cause", "install"]
+__all__ = ["cause", "install", "line"]
+
+
+def line(error: ConfigError) -> str:
+    """The one line a configuration error ends the process with, at start or later."""
+    return f"es_sink: configuration error: {error}"
 
 
 def cause(error: BaseException | None) -> ConfigError | None:
@@ -42,6 +47,6 @@ def install() -> None:
             previous(kind, error, tb)
             return
         sys.stdout.flush()
-        print(f"es_sink: configuration error: {config}", file=sys.stderr, flush=True)
+        print(line(config), file=sys.stderr, flush=True)
 
     sys.excepthook = hook

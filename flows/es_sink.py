@@ -56,7 +56,7 @@ try:
     discovery.check_offsets_comparable(_settings, find_topics(_settings))
     check_credentials(sink_config.connection(_settings))  # the sink's client, shared
 except ConfigError as _e:
-    sys.exit(f"es_sink: configuration error: {_e}")
+    sys.exit(config_failure.line(_e))
 
 collector.collect_on_a_clock(_settings.gc_interval_s)
 watchdog.watch(_settings, run_args())
