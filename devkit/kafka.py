@@ -178,14 +178,9 @@ def committed_offsets(
     """The group's committed offset per partition (negative, -1001, when none). Retries
     for up to `timeout` what a fresh broker answers while it creates or loads the group's
     coordinator (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS: retriable errors)."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    loading = {
-        KafkaError.NOT_COORDINATOR,
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError._TIMED_OUT,
-    }
+    from flows.topics import COORDINATOR_LOADING  # the flow's own list of those answers
 
     tps = [TopicPartition(topic, p) for p in partitions_of(bootstrap, topic, timeout)]
     consumer = Consumer(
@@ -199,7 +194,8 @@ def committed_offsets(
                 return {tp.partition: tp.offset for tp in found}
             except KafkaException as e:
                 err = e.args[0]
-                if not (err.retriable() or err.code() in loading) or time.monotonic() > deadline:
+                waiting = err.retriable() or err.code() in COORDINATOR_LOADING
+                if not waiting or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
     finally:

@@ -27,7 +27,7 @@ METADATA_BACKOFF = Backoff(initial_s=0.05, max_s=1.0, budget_s=30.0)
 COORDINATOR_BACKOFF = Backoff(initial_s=0.1, max_s=2.0, budget_s=60.0)
 """Asking a group's committed offsets while the broker creates or loads its coordinator."""
 
-_COORDINATOR_LOADING = frozenset(
+COORDINATOR_LOADING = frozenset(
     {
         KafkaError.NOT_COORDINATOR,
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
@@ -47,7 +47,7 @@ def committed(consumer: Consumer, tps: list[TopicPartition]) -> list[TopicPartit
             return consumer.committed(tps, timeout=30)
         except KafkaException as e:
             err = e.args[0]
-            if err.code() not in _COORDINATOR_LOADING or retries.over_budget():
+            if err.code() not in COORDINATOR_LOADING or retries.over_budget():
                 raise
             if retries.count == 0:
                 logger.warning(
