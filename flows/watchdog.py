@@ -110,7 +110,7 @@ class Watch:
                 unknown.append((i, url))
         stalled = self.stalled_s()
         if stalled < self.limit or shutdown.requested():
-            self.warned = None
+            self.warned, self.all_silent = None, 0  # a later stall counts its own rounds
             return None
         retrying = under_way()
         # A retry here explains the stall while a peer answers (an Elasticsearch outage);

@@ -20,16 +20,16 @@ THREE = RunArgs(1, 3, False, epoch_s=1.0, process_id=0, addresses=("h:1", "h:2",
 def watch(monkeypatch: pytest.MonkeyPatch) -> Any:
     """`watch(up={1, 2}, retrying=False)`: a Watch of process 0 whose epochs stalled 99 s,
     each call's answers and retries as given (the peers answered once before)."""
-    state: dict[str, Any] = {"up": {1, 2}, "retrying": []}
+    state: dict[str, Any] = {"up": {1, 2}, "retrying": [], "since": 99.0}
     monkeypatch.setattr(watchdog, "answers", lambda url: int(url[-1]) - 1 in state["up"])
     monkeypatch.setattr(watchdog, "under_way", lambda: state["retrying"])
-    monkeypatch.setattr(watchdog.progress, "since_epoch_s", lambda: 99.0)
+    monkeypatch.setattr(watchdog.progress, "since_epoch_s", lambda: state["since"])
     w = watchdog.Watch(Settings.load({"KAFKA_TOPICS": "t", "API_PORT": "8080"}), THREE)
     w.peers = [(1, "http://h:2"), (2, "http://h:3")]
     w.reached = {1, 2}
 
-    def step(up: set[int], retrying: bool = False) -> str | None:
-        state["up"] = up
+    def step(up: set[int], retrying: bool = False, since: float = 99.0) -> str | None:
+        state["up"], state["since"] = up, since
         state["retrying"] = [UnderWay("bulk", "HTTP 503", 0.0, 3)] if retrying else []
         return w.verdict()
 
@@ -66,3 +66,12 @@ def test_a_peer_never_reached_is_not_held_against_the_cluster(
         assert watch({1}) is None
     (line,) = [r.getMessage() for r in caplog.records]
     assert "process 2 (http://h:3) never answered, so its silence is not held" in line
+
+
+def test_a_new_stall_counts_its_silent_rounds_afresh(watch: Any) -> None:
+    assert watch(set(), retrying=True) is None
+    assert watch(set(), retrying=True) is None  # two rounds of silence, then epochs resume
+    assert watch(set(), retrying=True, since=0.5) is None
+    assert watch(set(), retrying=True) is None  # the next stall's first round
+    assert watch(set(), retrying=True) is None
+    assert watch(set(), retrying=True) is not None  # its third
