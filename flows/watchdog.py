@@ -6,11 +6,11 @@ supervisor can only restart what stops.
 Every few seconds this thread looks at the time since this process's last snapshot. When
 no epoch closed for CLUSTER_STALL_S, it does not yet blame anyone: an Elasticsearch outage
 stalls epochs too, and then a sink somewhere retries. It exits (status 1, one line) only
-when a peer's status API that answered before does not answer now, and either nothing in
-this process retries or no peer answers at all (this host is the one cut off: its own
-retries would hold it up as long as the link is down). A peer that answers is alive (it
-may be the one retrying). Without API_PORT it cannot ask, so
-it only logs the stall; a peer it never reached (a network policy, API_HOST on loopback
+when a peer's status API that answered before misses three checks in a row, and either
+nothing in this process retries or no peer on another host answers (this host is the one
+cut off: its own retries would hold it up as long as the link is down). A peer that
+answers is alive (it may be the one retrying). Without API_PORT it cannot ask, so it only
+logs the stall; a peer it never reached (a network policy, API_HOST on loopback
 across hosts) is not held against the cluster. Nothing was committed past what is durable,
 so the restart is safe.
 """
@@ -36,8 +36,8 @@ logger = logging.getLogger(__name__)
 CHECK_EVERY_S = 5.0
 ASK_TIMEOUT_S = 3.0
 EXIT_STATUS = 1
-ALL_SILENT_ROUNDS = 3
-"""Checks in a row with every peer silent before a process that retries exits anyway."""
+SILENT_ROUNDS = 3
+"""Checks in a row a peer that answered before must miss before it counts as gone."""
 
 
 def watch(settings: Settings, run: RunArgs) -> None:
@@ -84,8 +84,9 @@ class Watch:
         self.started = time.monotonic()
         # Epochs are -s long: a stall shorter than three of them is no stall.
         self.limit = max(settings.cluster_stall_s, 3 * run.epoch_s)
-        self.all_silent = 0
-        """Consecutive checks in which no peer answered and one that did before is silent."""
+        self.hosts = [a.rsplit(":", 1)[0] for a in run.addresses]
+        self.silent_rounds: dict[int, int] = {}
+        """Consecutive checks in which a peer that answered before did not answer."""
         self.warned: str | None = None
         """The reason last logged for not exiting during this stall."""
 
@@ -104,27 +105,30 @@ class Watch:
             if answers(url):
                 self.reached.add(i)
                 answering.append(i)
+                self.silent_rounds.pop(i, None)
             elif i in self.reached:
+                self.silent_rounds[i] = self.silent_rounds.get(i, 0) + 1
                 silent.append((i, url))
             else:
                 unknown.append((i, url))
         stalled = self.stalled_s()
         if stalled < self.limit or shutdown.requested():
-            self.warned, self.all_silent = None, 0  # a later stall counts its own rounds
+            self.warned = None
             return None
         retrying = under_way()
-        # A retry here explains the stall while a peer answers (an Elasticsearch outage);
-        # with every peer silent, round after round (one slow answer proves nothing), this
-        # host is the one cut off, or the others are gone.
-        self.all_silent = self.all_silent + 1 if silent and not answering else 0
-        if not silent or (retrying and self.all_silent < ALL_SILENT_ROUNDS):
+        # One slow answer proves nothing: a peer is gone once silent round after round. A
+        # retry here explains the stall while a peer on another host answers (an
+        # Elasticsearch outage); with all of those silent, this host is the one cut off.
+        gone = [(i, url) for i, url in silent if self.silent_rounds[i] >= SILENT_ROUNDS]
+        elsewhere = any(self.hosts[i] != self.hosts[self.run.process_id] for i in answering)
+        if not gone or (retrying and elsewhere):
             self._warn(stalled, retrying, unknown)
             return None
-        who = ", ".join(f"process {i} ({url})" for i, url in silent)
-        verb = "does" if len(silent) == 1 else "do"
+        who = ", ".join(f"process {i} ({url})" for i, url in gone)
+        verb = "does" if len(gone) == 1 else "do"
         here = (
             f"this process retries ({retrying[0].where}: {retrying[0].reason}) but no peer "
-            "answers (this host is cut off, or the others are gone)"
+            "on another host answers (this host is cut off, or the others are gone)"
             if retrying
             else "nothing here retries"
         )

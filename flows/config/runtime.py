@@ -31,7 +31,8 @@ class RuntimeSettings(Group):
         "CLUSTER_STALL_S",
         60.0,
         "with 2+ processes: exit 1 when no epoch closed for this long and a peer's status "
-        "API stopped answering (unless this process retries while another peer answers); "
+        "API stopped answering (unless this process retries while a peer on another host "
+        "answers); "
         "0: off",
         ge=0.0,
     )

@@ -13,18 +13,18 @@ from flows.config import Settings
 from flows.runtime import RunArgs
 from sinks.backoff import UnderWay
 
-THREE = RunArgs(1, 3, False, epoch_s=1.0, process_id=0, addresses=("h:1", "h:2", "h:3"))
+THREE = RunArgs(1, 3, False, epoch_s=1.0, process_id=0, addresses=("a:1", "b:1", "c:1"))
 
 
-@pytest.fixture
-def watch(monkeypatch: pytest.MonkeyPatch) -> Any:
+@pytest.fixture(params=[THREE])
+def watch(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Any:
     """`watch(up={1, 2}, retrying=False)`: a Watch of process 0 whose epochs stalled 99 s,
     each call's answers and retries as given (the peers answered once before)."""
     state: dict[str, Any] = {"up": {1, 2}, "retrying": [], "since": 99.0}
     monkeypatch.setattr(watchdog, "answers", lambda url: int(url[-1]) - 1 in state["up"])
     monkeypatch.setattr(watchdog, "under_way", lambda: state["retrying"])
     monkeypatch.setattr(watchdog.progress, "since_epoch_s", lambda: state["since"])
-    w = watchdog.Watch(Settings.load({"KAFKA_TOPICS": "t", "API_PORT": "8080"}), THREE)
+    w = watchdog.Watch(Settings.load({"KAFKA_TOPICS": "t", "API_PORT": "8080"}), request.param)
     w.peers = [(1, "http://h:2"), (2, "http://h:3")]
     w.reached = {1, 2}
 
@@ -39,22 +39,26 @@ def watch(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def test_a_silent_peer_ends_the_process_when_nothing_here_retries(watch: Any) -> None:
     assert watch({1, 2}) is None
-    why = watch({2})
+    assert watch({2}) is None  # one slow answer proves nothing
+    assert watch({2}) is None
+    why = watch({2})  # the third check in a row
     assert why is not None and "nothing here retries" in why
     assert "process 1 (http://h:2) does not answer" in why
 
 
 def test_a_retry_here_holds_the_exit_while_another_peer_answers(watch: Any) -> None:
-    assert watch({2}, retrying=True) is None  # an Elasticsearch outage: peer 2 is alive
+    for _ in range(5):  # an Elasticsearch outage: peer 2, on another host, is alive
+        assert watch({2}, retrying=True) is None
 
 
 def test_a_retrying_process_that_no_peer_answers_is_the_one_cut_off(watch: Any) -> None:
     assert watch(set(), retrying=True) is None  # one slow round proves nothing
-    assert watch({2}, retrying=True) is None  # a peer answers again: count anew
+    assert watch({1, 2}, retrying=True) is None  # the peers answer again: count anew
     assert watch(set(), retrying=True) is None
     assert watch(set(), retrying=True) is None
     why = watch(set(), retrying=True)  # the third round in a row
-    assert why is not None and "this process retries (bulk: HTTP 503) but no peer answers" in why
+    assert why is not None
+    assert "this process retries (bulk: HTTP 503) but no peer on another host answers" in why
     assert "process 1 (http://h:2), process 2 (http://h:3) do not answer" in why
 
 
@@ -68,10 +72,22 @@ def test_a_peer_never_reached_is_not_held_against_the_cluster(
     assert "process 2 (http://h:3) never answered, so its silence is not held" in line
 
 
-def test_a_new_stall_counts_its_silent_rounds_afresh(watch: Any) -> None:
+def test_a_peer_counts_as_gone_only_after_misses_in_a_row(watch: Any) -> None:
     assert watch(set(), retrying=True) is None
-    assert watch(set(), retrying=True) is None  # two rounds of silence, then epochs resume
-    assert watch(set(), retrying=True, since=0.5) is None
-    assert watch(set(), retrying=True) is None  # the next stall's first round
+    assert watch(set(), retrying=True) is None  # two misses, then epochs close again
+    assert watch({1, 2}, retrying=True, since=0.5) is None  # both answer: counts restart
+    assert watch(set(), retrying=True) is None  # the next stall's first miss
     assert watch(set(), retrying=True) is None
     assert watch(set(), retrying=True) is not None  # its third
+
+
+SAME_HOST = RunArgs(1, 3, False, epoch_s=1.0, process_id=0, addresses=("a:1", "a:2", "b:1"))
+
+
+@pytest.mark.parametrize("watch", [SAME_HOST], indirect=True)
+def test_a_peer_on_this_host_does_not_hold_up_a_host_cut_off(watch: Any) -> None:
+    for _ in range(2):
+        assert watch({1}, retrying=True) is None
+    why = watch({1}, retrying=True)  # peer 1 shares this host; peer 2, across the link, is gone
+    assert why is not None and "no peer on another host answers" in why
+    assert "process 2 (http://h:3) does not answer" in why
