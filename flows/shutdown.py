@@ -136,9 +136,12 @@ def _exit_after(timeout_s: float, grace_s: float) -> None:
 
 def exit_now(status: int) -> None:
     """Leave now, without flushing or committing (a stop that cannot finish, a stalled
-    cluster): Bytewax would join worker threads that wait on Elasticsearch forever."""
-    flush_logs()
-    os._exit(status)
+    cluster): Bytewax would join worker threads that wait on Elasticsearch forever. A
+    flush that fails (stdout a closed pipe) must not keep the process alive."""
+    try:
+        flush_logs()
+    finally:
+        os._exit(status)
 
 
 def flush_logs() -> None:

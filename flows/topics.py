@@ -32,7 +32,6 @@ COORDINATOR_LOADING = frozenset(
         KafkaError.NOT_COORDINATOR,
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
         KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError._TIMED_OUT,
     }
 )
 
