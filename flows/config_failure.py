@@ -31,8 +31,8 @@ def cause(error: BaseException | None) -> ConfigError | None:
         if isinstance(error, ConfigError):
             return error
         seen.add(id(error))
-        # `raise X from None` (or a new error while handling one) is X's own story: only
-        # an explicit cause, or a context the raiser did not suppress, leads to ours.
+        # `raise X from None` is X's own story: only an explicit cause, or a context the
+        # raiser did not suppress, leads to ours.
         error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
     return None
 

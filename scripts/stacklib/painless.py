@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 from . import maven
-from .config import CACHE_DIR, log
+from .config import CACHE_DIR, StackError, log
 
 POM = Path(__file__).resolve().parent.parent / "painless-pom.xml"
 MODULE = "lang-painless"
@@ -73,7 +73,7 @@ def _plugin_class(libs: Path, version: str) -> str:
         if f"org/opensearch/painless/{name}.class" in names:
             return f"org.opensearch.painless.{name}"
     msg = f"{MODULE}-{version}.jar has no Painless plugin class"
-    raise RuntimeError(msg)
+    raise StackError(msg)
 
 
 def _artifact(jar: str) -> str:
