@@ -26,6 +26,15 @@ CACHE_DIR = Path(os.environ.get("STACK_CACHE_DIR", Path.home() / ".cache" / "es-
 KAFKA_HEAP = os.environ.get("KAFKA_HEAP", "512m")
 ES_HEAP = os.environ.get("ES_HEAP", "512m")
 ES_USER = os.environ.get("STACK_ES_USER", "essink")
+# A node of a multi-node cluster instead of a single node (see scripts/stack's docstring):
+# unset ES_SEED_HOSTS keeps `discovery.type: single-node`.
+ES_CLUSTER_NAME = os.environ.get("ES_CLUSTER_NAME", "es-sink-local")
+ES_NODE_NAME = os.environ.get("ES_NODE_NAME", "local-1")
+ES_SEED_HOSTS = [h.strip() for h in os.environ.get("ES_SEED_HOSTS", "").split(",") if h.strip()]
+ES_INITIAL_MASTERS = [
+    n.strip() for n in os.environ.get("ES_INITIAL_MASTERS", "").split(",") if n.strip()
+]
+ES_NODE_ROLES = [r.strip() for r in os.environ.get("ES_NODE_ROLES", "").split(",") if r.strip()]
 START_TIMEOUT_S = float(os.environ.get("STACK_START_TIMEOUT", "180"))
 
 KAFKA_DIR = STACK_DIR / "kafka"

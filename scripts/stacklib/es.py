@@ -22,10 +22,15 @@ from . import es_secure, maven, painless
 from .config import (
     ADMIN_USER,
     CACHE_DIR,
+    ES_CLUSTER_NAME,
     ES_DIR,
     ES_DISTRIBUTION,
     ES_HEAP,
+    ES_INITIAL_MASTERS,
+    ES_NODE_NAME,
+    ES_NODE_ROLES,
     ES_PORT,
+    ES_SEED_HOSTS,
     ES_TRANSPORT_PORT,
     ES_USER,
     ES_VERSION,
@@ -140,6 +145,30 @@ def get(path: str, timeout: float = 5) -> tuple[int, dict[str, Any]]:
         return 0, {}
 
 
+def discovery(data: Path) -> list[str]:
+    """The discovery lines of elasticsearch.yml: a single node, or a node of a cluster.
+
+    A cluster node finds the others at ES_SEED_HOSTS (transport addresses). The very first
+    start of a new cluster needs ES_INITIAL_MASTERS (the master-eligible node names that
+    vote in the first election); Elasticsearch wants that setting gone once the node has
+    joined, so it is written only while the node's data directory is empty. ES_NODE_ROLES
+    (e.g. `master`) makes a node that holds no data: a third master-eligible node keeps
+    two data nodes restartable one at a time (with only two master-eligible nodes, the
+    voting configuration holds one of them, and restarting that one leaves the cluster
+    without a master until it is back)."""
+    if not ES_SEED_HOSTS:
+        if ES_INITIAL_MASTERS or ES_NODE_ROLES:
+            raise StackError("ES_INITIAL_MASTERS and ES_NODE_ROLES need ES_SEED_HOSTS (a cluster)")
+        return ["discovery.type: single-node"]
+    lines = [f"discovery.seed_hosts: [{', '.join(ES_SEED_HOSTS)}]"]
+    fresh = not data.is_dir() or not any(data.iterdir())
+    if ES_INITIAL_MASTERS and fresh:
+        lines.append(f"cluster.initial_master_nodes: [{', '.join(ES_INITIAL_MASTERS)}]")
+    if ES_NODE_ROLES:
+        lines.append(f"node.roles: [{', '.join(ES_NODE_ROLES)}]")
+    return lines
+
+
 def up() -> None:
     check_distribution()
     if pid_alive(PID_FILE):
@@ -162,6 +191,7 @@ def up() -> None:
     conf = ES_DIR / "conf"
     if not conf.exists():
         shutil.copytree(home / "config", conf)
+    lines = discovery(ES_DIR / "data")  # before the data directory exists
     for sub in ("data", "logs", "tmp"):
         (ES_DIR / sub).mkdir(parents=True, exist_ok=True)
     # OpenSearch takes the same settings, but no xpack ones.
@@ -169,6 +199,9 @@ def up() -> None:
     (conf / f"{BASE}.yml").write_text(
         render(
             "elasticsearch.yml",
+            cluster_name=ES_CLUSTER_NAME,
+            node_name=ES_NODE_NAME,
+            discovery=lines,
             data=str(ES_DIR / "data"),
             logs=str(ES_DIR / "logs"),
             host=STACK_HOST,
@@ -212,7 +245,8 @@ def up() -> None:
     version = info.get("version", {}).get("number", VERSION)
     scheme = "https" if is_secure else "http"
     took = time.monotonic() - t0
-    log(f"{NAME} {version} up on {scheme}://{STACK_HOST}:{ES_PORT} in {took:.1f}s")
+    node = f" (node {ES_NODE_NAME} of cluster {ES_CLUSTER_NAME})" if ES_SEED_HOSTS else ""
+    log(f"{NAME} {version} up on {scheme}://{STACK_HOST}:{ES_PORT}{node} in {took:.1f}s")
     if is_secure:
         log(
             f"Elasticsearch security on (TLS, users {SINK_USER} and {ADMIN_USER}); "
