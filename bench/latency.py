@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import random
 import sys
 import threading
@@ -25,6 +24,7 @@ from bench.procs import Proc
 from bench.report import Row
 from bench.services import POLL_S, new_producer
 from bench.systems import Ctx, child_env, launch, log, stop_all
+from devkit.stats import percentile
 
 __all__ = ["PacedProducer", "percentile", "run_all", "run_latency"]
 
@@ -106,12 +106,6 @@ def live_cpu(procs: list[Proc]) -> float:
             t = psutil.Process(p.pid).cpu_times()
             total += t.user + t.system
     return total
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    s = sorted(values)
-    return s[max(0, math.ceil(q * len(s)) - 1)]
 
 
 def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:

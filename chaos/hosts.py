@@ -60,7 +60,7 @@ from chaos.audit import AuditResult, Expect, audit, committed_offsets, end_offse
 from chaos.flow import ROOT, flow_env
 from chaos.hosts_cluster import API_PORT, Cluster, make_recovery, move_partitions
 from chaos.modes import base_settings
-from chaos.produce import _COMMON, _Sender
+from chaos.produce import PRODUCER_CONF, Sender
 from chaos.workload import Rec, generate, index_body
 from devkit.kafka import create_topic
 
@@ -107,12 +107,13 @@ def stack(cmd: str) -> None:
 
 class Producer:
     """Writes `recs` at a steady rate from this machine, on its own thread; offsets come
-    from the delivery reports (`chaos.produce._Sender`)."""
+    from the delivery reports (`chaos.produce.Sender`)."""
 
     def __init__(self, topic: str, recs: list[Rec], rate: float) -> None:
         from confluent_kafka import Producer as KafkaProducer
 
-        self.sender = _Sender(KafkaProducer({"bootstrap.servers": BOOTSTRAP, **_COMMON}), topic)
+        conf = {"bootstrap.servers": BOOTSTRAP, **PRODUCER_CONF}
+        self.sender = Sender(KafkaProducer(conf), topic)
         self.recs, self.rate = recs, rate
         self.done = threading.Event()
         self.error: BaseException | None = None

@@ -24,7 +24,7 @@ from chaos.workload import ABORTED_SEQ, SEQ_HEADER, Rec, aborted_records
 ABORT_CHANCE = 0.3
 """Chance of an aborted transaction after each segment (when transactions are on)."""
 
-_COMMON: dict[str, Any] = {
+PRODUCER_CONF: dict[str, Any] = {
     "enable.idempotence": True,
     "acks": "all",
     "linger.ms": 20,
@@ -46,7 +46,7 @@ class Produced:
     """Records of `recs` written inside committed transactions."""
 
 
-class _Sender:
+class Sender:
     """Sends records with their key, header and explicit partition; fills in offsets."""
 
     def __init__(self, producer: Any, topic: str) -> None:
@@ -107,11 +107,11 @@ def produce(
 
     rng = rng or random.Random(0)
     out = Produced()
-    plain = _Sender(Producer({"bootstrap.servers": bootstrap, **_COMMON}), topic)
-    txn: _Sender | None = None
+    plain = Sender(Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONF}), topic)
+    txn: Sender | None = None
     if txn_share > 0:
-        conf = {"bootstrap.servers": bootstrap, **_COMMON, "transactional.id": f"{topic}-txn"}
-        txn = _Sender(Producer(conf), topic)
+        conf = {"bootstrap.servers": bootstrap, **PRODUCER_CONF, "transactional.id": f"{topic}-txn"}
+        txn = Sender(Producer(conf), topic)
         txn.producer.init_transactions(60)
     lo, hi = max(1, len(recs) // 400), max(2, len(recs) // 40)
     pos = 0

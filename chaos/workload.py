@@ -249,6 +249,16 @@ def generate(
     return [make_record(rng, p, seq) for seq, p in enumerate(plans)]
 
 
+def chunk(
+    rng: random.Random, keys: int, first_seq: int, count: int, partitions: int = PARTITIONS
+) -> list[Rec]:
+    """`count` more records of an endless workload over `keys` skewed keys (the soak's):
+    seq numbers from `first_seq`, no tombstones (a document is never gone)."""
+    pick = _skewed_keys(rng, keys, partitions)
+    plans = _plan(rng, count, partitions, BAD_SHARE, pick, tombstone_share=0.0)
+    return [make_record(rng, p, first_seq + i) for i, p in enumerate(plans)]
+
+
 PROCESSOR_STAGES = ("deserialize", "transform")
 
 
