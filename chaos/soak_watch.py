@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,15 +136,3 @@ class Latency(threading.Thread):
                 if want is not None and doc["_source"].get("seq", -1) >= want[0]:
                     del self._pending[doc["_id"]]
                     self.seen.append((round(want[1] - wall0, 2), round((now - want[1]) * 1000, 1)))
-
-
-def every(interval: float, action: Callable[[], None], stop: threading.Event) -> threading.Thread:
-    """Run `action` every `interval` seconds on a daemon thread until `stop` is set."""
-
-    def loop() -> None:
-        while not stop.wait(interval):
-            action()
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    return thread
