@@ -11,7 +11,7 @@ every key at its latest value, the group committed to the end, exit 0 on SIGTERM
 
 The stall of each restart is the longest time a shard's newest `seq` did not advance
 (searched every 0.3 s, refresh 200 ms); printed, recorded (`record_property`) and held
-under MAX_STALL_S: each node is away for a minute or more, so a flow waiting for it fails.
+under half the time the node was away, so a flow that waited for the node fails.
 """
 
 from __future__ import annotations
@@ -52,8 +52,6 @@ RATE = 300
 """Records produced per second."""
 KEYS = 3000
 SHARDS = 2
-MAX_STALL_S = 30.0
-"""The longest a shard may go without a new write during one node's restart."""
 START_TIMEOUT_S = 240.0
 """The longest one `scripts/stack up` may take (the machine is shared and loaded)."""
 
@@ -303,9 +301,11 @@ def test_rolling_restart_under_load(
             assert held.get(node.name, 0) > 0, f"{node.name} holds no primary: {held}"
             stalls[node.name] = _restart(cluster, node, progress, flow_alive)
             print(f"restart of {node.name}: {stalls[node.name]}")
-            # The node is away for a minute or more; a stall that long would mean the flow
-            # waited for it instead of writing through the other host and the replicas.
-            assert stalls[node.name]["stall_s"] < MAX_STALL_S, f"stalled: {stalls}"
+            # A flow that waited for the node (ES_HOSTS naming it alone: tried, 32.8 s of
+            # 33.4 s away) stalls as long as the node is away; one that writes through the
+            # other host and the promoted replicas, a few seconds.
+            away = stalls[node.name]["stop_s"] + stalls[node.name]["start_s"]
+            assert stalls[node.name]["stall_s"] < away / 2, f"stalled: {stalls}"
         producer.stopping.set()
         producer.join(60)
         flow_alive()
