@@ -117,8 +117,17 @@ class Proxy:
                 _reset(client)
                 continue
             pair = (client, upstream)
-            with self._lock:
-                self._pairs.add(pair)
+            with self._lock:  # a cut may have come while connecting: it wins
+                mode = self._mode
+                if mode is None:
+                    self._pairs.add(pair)
+                elif mode == "blackhole":
+                    self._held.append(client)
+            if mode is not None:
+                _reset(upstream)
+                if mode == "refuse":
+                    _reset(client)
+                continue
             for src, dst in (pair, (upstream, client)):
                 threading.Thread(
                     target=self._pump, args=(src, dst, pair), name="chaos-proxy-pump", daemon=True
