@@ -200,6 +200,9 @@ class Outcome:
     crashes: list[str] = field(default_factory=list)
     stalls: list[tuple[str, float]] = field(default_factory=list)
     """(event, seconds from its end until the group committed again; -1: never)"""
+    busy: list[tuple[float, float]] = field(default_factory=list)
+    """(from, to) seconds since t0: each event, from its start until the flow committed
+    again (resource samples then are not quiet)"""
     drain_s: float = 0.0
     audit: AuditResult | None = None
     es_restarts: list[tuple[str, float]] = field(default_factory=list)
@@ -339,7 +342,7 @@ class Soak:
                 continue  # late (a restart took long): skipped, but the queue is restored
             self.out.events.append((round(time.monotonic() - live0, 1), what))
             self.say(f"soak: {time.monotonic() - live0:.0f}s: {what}")
-            before = monitor.committed()
+            started = time.monotonic()
             if what == "restart":
                 self._stop_flow()
                 self._start()
@@ -347,24 +350,28 @@ class Soak:
                 self.node.restart("write queue of 1", QUEUE_OF_ONE)
             else:
                 self.node.restart("write queue back" if what == "fast" else "node restart")
-            self._settle(monitor, what, before)
+            self._settle(monitor, what, started)
         producer.stop()
         monitor.close()
         self.out.records = len(self.recs)
 
-    def _settle(self, monitor: Monitor, what: str, before: int) -> None:
-        """Wait until the group commits past `before` again, so the next event meets a
-        flow that works (a SIGTERM while Elasticsearch is still away ends by
-        SHUTDOWN_TIMEOUT_S with exit 1, by design); the wait is the event's stall."""
+    def _settle(self, monitor: Monitor, what: str, started: float) -> None:
+        """Wait until the group commits again after the event (a stop's own final commit
+        is in already), so the next event meets a flow that works: a SIGTERM while
+        Elasticsearch is still away ends by SHUTDOWN_TIMEOUT_S with exit 1, by design.
+        The wait is the event's stall; the event lasts from `started` to the commit."""
         t0 = time.monotonic()
+        before = monitor.committed()
         while monitor.committed() <= before:
             self._check_alive()
             if time.monotonic() - t0 > SETTLE_LIMIT_S:
-                self.out.stalls.append((what, -1.0))
                 self.say(f"soak: no commit within {SETTLE_LIMIT_S:.0f}s after {what}")
-                return
+                self.out.stalls.append((what, -1.0))
+                break
             time.sleep(0.5)
-        self.out.stalls.append((what, round(time.monotonic() - t0, 1)))
+        else:
+            self.out.stalls.append((what, round(time.monotonic() - t0, 1)))
+        self.out.busy.append((round(started - self.t0, 1), round(time.monotonic() - self.t0, 1)))
 
     def _check_alive(self) -> None:
         """A process that exits by itself is a crash: noted, and the flow started again."""

@@ -1,11 +1,17 @@
 """The soak's verdict and figures: flat resources, p99 per window, the audit, a plot.
 
-Flat means, for every run of the flow (between two restarts) and every process, judged
-from `Plan.warmup_s` after the later of the run's start and the live phase's (buffers
-fill, librdkafka prefetches, imports load): RSS grew by at most 15% + 16 MiB from the
-first judged sample to the last, and open descriptors and threads never rose more than
-`FD_SLACK` and `THREAD_SLACK` over it (an Elasticsearch restart reconnects, so a few
-come and go). Across runs, the last judged run's peak RSS is at most 25% over the first's.
+Resources are judged per run of the flow (between two restarts) and per process, from
+`Plan.warmup_s` after the later of the run's start and the live phase's (buffers fill,
+imports load). Descriptors and threads never rise more than `FD_SLACK` and
+`THREAD_SLACK` over the first judged sample (an Elasticsearch restart reconnects, so a
+few come and go). Memory is judged on each run's last quiet stretch, from `QUIET_S`
+after its last event settled (`Outcome.busy`) to its end: an outage raises RSS to a
+high-water mark the allocator keeps, which is not a leak; a leak keeps growing while
+nothing happens. So RSS may grow at most 5% + 8 MiB over that stretch (runs with fewer
+than 3 samples in it are not judged on memory). A restart frees a process's memory, so
+runs are not compared with each other (a run that starts behind reads bigger batches);
+what outlives a restart is the recovery store, whose size must level off
+(`store_grew`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,11 @@ from devkit.stats import percentile
 
 FD_SLACK = 16
 THREAD_SLACK = 8
+QUIET_S = 30.0
+MIN_QUIET = 3
+JUDGE_MEMORY_MIN = 10.0
+"""A soak this long or longer must judge memory somewhere (the 3-minute CI form has no
+quiet stretch long enough: it reports RSS, and judges descriptors and threads)."""
 
 
 def windows(seen: list[tuple[float, float]], live_t0: float, width: float) -> list[dict[str, Any]]:
@@ -42,9 +53,12 @@ def windows(seen: list[tuple[float, float]], live_t0: float, width: float) -> li
     ]
 
 
-def per_run(samples: list[Sample], live_t0: float, warmup_s: float) -> list[dict[str, Any]]:
-    """Per run and process: first judged sample, last and peak of each resource (runs
-    with fewer than two judged samples are left out)."""
+def per_run(
+    samples: list[Sample], live_t0: float, warmup_s: float, busy: list[tuple[float, float]]
+) -> list[dict[str, Any]]:
+    """Per run and process: first judged sample, last and peak of each resource, and
+    the RSS of the run's last quiet stretch, from `QUIET_S` after its last event settled
+    (runs with fewer than two judged samples are left out)."""
     groups: dict[tuple[int, int], list[Sample]] = defaultdict(list)
     for s in samples:
         groups[(s.run, s.proc)].append(s)
@@ -55,12 +69,15 @@ def per_run(samples: list[Sample], live_t0: float, warmup_s: float) -> list[dict
         if len(warm) < 2:
             continue
         first, last = warm[0], warm[-1]
+        ended = [end for begin, end in busy if begin <= last.t]
+        calm = max(ended) + QUIET_S if ended else float("-inf")
         out.append(
             {
                 "run": run,
                 "proc": proc,
                 "judged_min": round((last.t - first.t) / 60, 1),
                 "rss_mib": [first.rss_mib, last.rss_mib, max(s.rss_mib for s in warm)],
+                "quiet_rss_mib": [s.rss_mib for s in warm if s.t >= calm],
                 "fds": [first.fds, last.fds, max(s.fds for s in warm)],
                 "threads": [first.threads, last.threads, max(s.threads for s in warm)],
             }
@@ -68,31 +85,42 @@ def per_run(samples: list[Sample], live_t0: float, warmup_s: float) -> list[dict
     return out
 
 
-def unflat(runs: list[dict[str, Any]]) -> list[str]:
-    """What did not stay flat (empty: everything did); see the module docstring."""
+def unflat(runs: list[dict[str, Any]], *, need_memory: bool = True) -> list[str]:
+    """What did not stay flat (empty: everything did); see the module docstring.
+    `need_memory`: a run with no run judged on memory fails too."""
     problems = [] if runs else ["no run lasted long enough to judge its resources"]
+    judged = [r for r in runs if len(r["quiet_rss_mib"]) >= MIN_QUIET]
+    if runs and need_memory and not judged:
+        problems.append(f"no run had {MIN_QUIET} quiet samples to judge its memory on")
     for r in runs:
         name = f"run {r['run']} process {r['proc']}"
-        rss0, rss1, _ = r["rss_mib"]
-        if rss1 > rss0 * 1.15 + 16:
-            problems.append(f"{name}: RSS {rss0:.0f} -> {rss1:.0f} MiB")
+        if r in judged:
+            q0, q1 = r["quiet_rss_mib"][0], r["quiet_rss_mib"][-1]
+            if q1 > q0 * 1.05 + 8:
+                problems.append(f"{name}: RSS {q0:.0f} -> {q1:.0f} MiB while nothing happened")
         if r["fds"][2] > r["fds"][0] + FD_SLACK:
             problems.append(f"{name}: descriptors {r['fds'][0]} -> peak {r['fds'][2]}")
         if r["threads"][2] > r["threads"][0] + THREAD_SLACK:
             problems.append(f"{name}: threads {r['threads'][0]} -> peak {r['threads'][2]}")
-    peaks: dict[int, float] = defaultdict(float)
-    for r in runs:
-        peaks[r["run"]] = max(peaks[r["run"]], r["rss_mib"][2])
-    if len(peaks) > 1:
-        first, last = peaks[min(peaks)], peaks[max(peaks)]
-        if last > first * 1.25:
-            problems.append(f"peak RSS grew across runs: {first:.0f} -> {last:.0f} MiB")
     return problems
+
+
+def store_grew(disk: list[tuple[float, float]]) -> list[str]:
+    """The recovery store must not grow without bound: its size over the last third of
+    the run at most 1.5 times its size over the first third, + 1 MiB (Bytewax keeps
+    `-b` seconds of old snapshots, then deletes them)."""
+    if len(disk) < 6:
+        return []
+    third = len(disk) // 3
+    early, late = max(m for _, m in disk[:third]), max(m for _, m in disk[-third:])
+    if late > early * 1.5 + 1:
+        return [f"the recovery store grew: {early:.1f} -> {late:.1f} MiB"]
+    return []
 
 
 def report(soak: Soak, out: Outcome, plan: Plan) -> dict[str, Any]:
     """Everything the run measured, as one JSON-able dict."""
-    runs = per_run(soak.resources.samples, out.live_t0, plan.warmup_s)
+    runs = per_run(soak.resources.samples, out.live_t0, plan.warmup_s, out.busy)
     lat = windows(soak.latency.seen, out.live_t0, plan.window_s)
     a = out.audit
     return {
@@ -107,10 +135,15 @@ def report(soak: Soak, out: Outcome, plan: Plan) -> dict[str, Any]:
         "events": out.events,
         "live_t0": out.live_t0,
         "stalls": out.stalls,
+        "busy": out.busy,
         "drain_s": out.drain_s,
         "audit": asdict(a) if a is not None else None,
         "runs": runs,
-        "unflat": unflat(runs),
+        "unflat": [
+            *unflat(runs, need_memory=plan.minutes >= JUDGE_MEMORY_MIN),
+            *store_grew(soak.resources.disk),
+        ],
+        "memory_judged_runs": sum(len(r["quiet_rss_mib"]) >= MIN_QUIET for r in runs),
         "latency_windows": lat,
         "latency_unseen": soak.latency.pending(),
         "samples": [asdict(s) for s in soak.resources.samples],
@@ -152,6 +185,7 @@ def summary(rep: dict[str, Any], ok: bool) -> str:
         "bad_exits": len(rep["bad_exits"]),
         "peak_rss_mib": f"{min(rss, default=0):.0f}-{max(rss, default=0):.0f}",
         "unflat": len(rep["unflat"]),
+        "memory_judged": rep["memory_judged_runs"],
         "stalls_s": ",".join(f"{w}:{t:.0f}" for w, t in rep["stalls"]),
         "p99_ms_per_window": ",".join(f"{v:.0f}" for v in p99),
     }
@@ -196,12 +230,14 @@ def plot(rep: dict[str, Any], path: Path) -> None:
     marks = {"restart": "C2", "slow": "C1", "fast": "C1", "es-restart": "C4"}
     for ax in axes:
         ax.grid(alpha=0.3)
+        for start, end in rep["busy"]:  # from each event until the flow committed again
+            ax.axvspan((start - live0) / 60, (end - live0) / 60, color="grey", alpha=0.12)
         for at, what in rep["events"]:
             ax.axvline(at / 60, color=marks.get(what, "grey"), ls="--", lw=0.8)
     fig.suptitle(
         f"soak: {rep['plan']['minutes']:g} min at {rep['rate_per_s']:,}/s "
         f"({rep['plan']['layout']}); dashed: flow restart (green), write queue of 1 "
-        "on/off (orange), ES restart (purple)",
+        "on/off (orange), ES restart (purple); grey: until the flow committed again",
         fontsize=9,
     )
     fig.tight_layout()
