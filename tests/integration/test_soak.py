@@ -4,8 +4,10 @@ The flow runs as a two-process service at half the capacity it measured, is rest
 SIGTERM every minute (each stop must exit 0), and meets a write queue of 1 (a node
 restart in, one out) and a plain node restart; resources are sampled every 5 s, latency
 ~20 times a second. Passes when the audit finds nothing lost, wrong or extra, every bad
-record and no good one dead-lettered, offsets at the end, and RSS, descriptors and threads
-stayed flat (`chaos.soak_report`). The full 30-minute run's figures are in docs/soak.md.
+record and no good one dead-lettered, offsets at the end, every stop exited 0, no process
+crashed, every sampled record showed up, and descriptors, threads and the recovery store
+stayed flat (`chaos.soak_report`). Three minutes leave no quiet stretch to judge memory on:
+RSS is reported; the full 30-minute run judges it (docs/soak.md).
 """
 
 from __future__ import annotations
