@@ -11,7 +11,8 @@ every key at its latest value, the group committed to the end, exit 0 on SIGTERM
 
 The stall of each restart is the longest time a shard's newest `seq` did not advance
 (searched every 0.3 s, refresh 200 ms); printed, recorded (`record_property`) and held
-under half the time the node was away, so a flow that waited for the node fails.
+under three quarters of the time the node was away, so a flow that waited for the node
+fails.
 """
 
 from __future__ import annotations
@@ -305,7 +306,9 @@ def test_rolling_restart_under_load(
             # 33.4 s away) stalls as long as the node is away; one that writes through the
             # other host and the promoted replicas, a few seconds.
             away = stalls[node.name]["stop_s"] + stalls[node.name]["start_s"]
-            assert stalls[node.name]["stall_s"] < away / 2, f"stalled: {stalls}"
+            # Three quarters, not a half: a fast node start (CI) leaves little headroom
+            # over the few seconds a failover takes (7 s seen once on busy cores).
+            assert stalls[node.name]["stall_s"] < away * 0.75, f"stalled: {stalls}"
         producer.stopping.set()
         producer.join(60)
         flow_alive()
