@@ -85,14 +85,21 @@ class Retries:
         return self.clock.monotonic() - self.started
 
     def over_budget(self) -> bool:
-        """True once more than `budget_s` passed since the first try (never without one)."""
+        """True once more than `budget_s` passed since the first try (never without one).
+        The loop then gives up, so it leaves `under_way()` at once (not once the exception
+        it raises has unwound and freed this object)."""
         budget = self.backoff.budget_s
-        return bool(budget) and self.clock.monotonic() - self.started > budget
+        return bool(budget) and self.clock.monotonic() - self.started > budget and self._done()
 
     def exhausted(self) -> bool:
-        """True once `tries` retries were made (never without a limit)."""
+        """True once `tries` retries were made (never without a limit); as `over_budget`,
+        the loop leaves `under_way()`."""
         tries = self.backoff.tries
-        return bool(tries) and self.count >= tries
+        return bool(tries) and self.count >= tries and self._done()
+
+    def _done(self) -> bool:
+        _UNDER_WAY.pop(id(self), None)
+        return True
 
     def next_delay(self) -> float:
         """Count one more retry and draw its wait (seconds); sleep it with `sleep`."""

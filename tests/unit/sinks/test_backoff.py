@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from sinks.backoff import SYSTEM_CLOCK, Backoff, Retries
+from sinks.backoff import SYSTEM_CLOCK, Backoff, Retries, under_way
 
 
 class FakeClock:
@@ -85,3 +85,19 @@ def test_the_system_clock_is_monotonic_time() -> None:
     a = SYSTEM_CLOCK.monotonic()
     SYSTEM_CLOCK.sleep(0)
     assert SYSTEM_CLOCK.monotonic() >= a
+
+
+def test_a_loop_that_gives_up_is_no_longer_under_way() -> None:
+    """/status lists retries under way; one that gave up must leave the list at once, not
+    when the exception it raises has unwound (its frame keeps the loop alive until then)."""
+    clock = FakeClock()
+    r = Backoff(0.1, 1.0, budget_s=1).start(clock, rand=lambda: 1.0)
+    r.sleep(r.next_delay(), "test-giving-up", "refused")
+    assert [u.where for u in under_way()].count("test-giving-up") == 1
+    clock.now += 2
+    assert r.over_budget()
+    assert [u.where for u in under_way()].count("test-giving-up") == 0
+    limited = Backoff(0.1, 1.0, tries=1).start(clock, rand=lambda: 1.0)
+    limited.sleep(limited.next_delay(), "test-giving-up", "refused")
+    assert limited.exhausted()
+    assert [u.where for u in under_way()].count("test-giving-up") == 0
