@@ -10,11 +10,12 @@ One run, end to end (`scripts/soak`; `tests/integration/test_soak.py` runs a 3-m
 2. Calibration: a backlog of `--calibrate` records drained by the first run; the index
    operations' rate between 10% and 90% of it is the flow's capacity here, and the soak
    then produces at `--load` (0.5) of it, live, for `--minutes`.
-3. On the schedule (`Schedule`): a flow restart every `--restart-every` seconds (SIGTERM
+3. On the schedule (`Plan.events`; an event comes late rather than never when the one
+   before took longer to settle): a flow restart every `--restart-every` seconds (SIGTERM
    to every process, each must exit 0, then start again); Elasticsearch disturbed every
    `--slow-every` seconds, alternately a write queue of 1 (one write thread, queue 1:
    concurrent bulks get 429s) for `--slow-s` seconds, and a plain node restart.
-4. Sampling every `--sample-s` seconds: RSS, open descriptors and threads per process and
+4. Sampling every `--sample-s` seconds (15): RSS, open descriptors and threads per process and
    the recovery store's size (`chaos.soak_watch.Resources`); latency of ~20 sampled
    records per second (`chaos.soak_watch.Latency`).
 5. The end: production stops; once the group committed every offset, a SIGTERM (exit 0
@@ -52,6 +53,8 @@ RUN_ARGS = ["-s", "5", "-b", "30"]
 """Bytewax's epoch and backup intervals, as README's production example runs it."""
 QUEUE_OF_ONE = "thread_pool.write.size: 1\\nthread_pool.write.queue_size: 1"
 LATENCY_SAMPLES_PER_S = 20
+START_TIMEOUT_S = 240
+"""A node start on busy cores (the default 180 s is for one start, not one per event)."""
 SETTLE_LIMIT_S = 300.0
 STOP_LIMIT_S = 90.0
 """A SIGTERMed flow must have exited by then (SHUTDOWN_TIMEOUT_S is 30 by default)."""
@@ -75,8 +78,10 @@ class Plan:
     """Resources are judged from this long after each start (buffers fill, imports load)."""
 
     def events(self) -> list[tuple[float, str]]:
-        """(when, what), by time: `restart` the flow, `slow`/`fast` (write queue of 1 on,
-        off), `es-restart`. Elasticsearch events sit halfway between flow restarts."""
+        """(when, what), by time: `restart` the flow every `restart_every_s`;
+        Elasticsearch from `slow_every_s / 2` on, every `slow_every_s`, alternately
+        `slow` then `fast` (a write queue of 1 on, then off `slow_s` later) and
+        `es-restart`. With equal periods, those sit halfway between flow restarts."""
         end = self.minutes * 60
         out = [(t, "restart") for t in _steps(self.restart_every_s, self.restart_every_s, end)]
         for n, t in enumerate(_steps(self.slow_every_s / 2, self.slow_every_s, end)):
@@ -116,6 +121,7 @@ class Node:
             "ES_TRANSPORT_PORT": str(self.port + 100),
             "STACK_DIR": str(self.stack_dir),
             "STACK_ES_SETTINGS": settings,
+            "STACK_START_TIMEOUT": str(START_TIMEOUT_S),
         }
         which = [] if cmd == "clean" else ["es"]
         subprocess.run(
@@ -146,8 +152,6 @@ class Paced(threading.Thread):
         self.sender = Sender(Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONF}), topic)
         self.recs, self.keys, self.latency = recs, keys, latency
         self.rate = 0.0
-        self.until = float("inf")
-        """time.monotonic() at which production ends by itself"""
         self.rng = random.Random(7)
         self.error: BaseException | None = None
         self._halt = threading.Event()
@@ -158,14 +162,21 @@ class Paced(threading.Thread):
         self.sender.flush()
 
     def stop(self) -> None:
+        """Stop producing; raise unless every record sent was confirmed (a lost produce
+        would pass for a loss of the flow's, or hide one)."""
         self._halt.set()
-        self.join()
+        if self.is_alive():
+            self.join()
         self.sender.flush()
+        unconfirmed = sum(r.offset < 0 for r in self.recs)
+        if self.sender.errors or unconfirmed:
+            msg = f"producing failed: {unconfirmed} unconfirmed; {self.sender.errors[:3]}"
+            raise RuntimeError(msg)
 
     def run(self) -> None:
         try:
             t0, sent = time.monotonic(), 0
-            while not self._halt.wait(0.02) and time.monotonic() < self.until:
+            while not self._halt.wait(0.02):
                 due = int((time.monotonic() - t0) * self.rate)
                 if due > sent:
                     self._send(due - sent)
@@ -179,12 +190,14 @@ class Paced(threading.Thread):
         recs = chunk(self.rng, self.keys, first, n)
         self.sender.send(recs, list(range(first, first + n)))
         self.recs.extend(recs)
+        if not self.rate:
+            return  # the backlog: latency is measured on live records only
         now = time.time()
-        step = max(1, int(self.rate / LATENCY_SAMPLES_PER_S)) if self.rate else 0
-        for i in range(0, n, step) if step else ():
-            rec = recs[i]
+        step = max(1, int(self.rate / LATENCY_SAMPLES_PER_S))
+        for seq in range(first + (-first) % step, first + n, step):
+            rec = recs[seq - first]
             if rec.kind == "good" and rec.key is not None:
-                self.latency.expect(rec.key.decode(), first + i, now)
+                self.latency.expect(rec.key.decode(), seq, now)
 
 
 @dataclass
@@ -194,8 +207,10 @@ class Outcome:
     capacity: float = 0.0
     rate: float = 0.0
     records: int = 0
-    restarts: list[float] = field(default_factory=list)
-    """Seconds each SIGTERMed flow took to exit."""
+    stops_s: list[float] = field(default_factory=list)
+    """Seconds each SIGTERMed flow took to exit (the restarts', then the final stop)."""
+    rejected: list[int] = field(default_factory=list)
+    """Write requests the node rejected (429) during each write-queue-of-1 phase."""
     bad_exits: list[str] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)
     stalls: list[tuple[str, float]] = field(default_factory=list)
@@ -238,6 +253,7 @@ class Soak:
     def run(self) -> Outcome:
         self.node.stack("clean")
         self.node.stack("up")
+        producer: Paced | None = None
         try:
             self._setup()
             producer = Paced(self.bootstrap, self.topic, self.recs, self.plan.keys, self.latency)
@@ -245,6 +261,9 @@ class Soak:
             self._live(producer)
             self._finish()
         finally:
+            if producer is not None and producer.is_alive():  # the harness failed: stop it
+                with contextlib.suppress(Exception):
+                    producer.stop()
             self.resources.stop()
             self.latency.stop()
             if self.flow is not None and not self.flow.exited():
@@ -260,6 +279,7 @@ class Soak:
                     self.say,
                 )
             self.node.stack("down")
+            self.es.close()
         return self.out
 
     def _setup(self) -> None:
@@ -289,6 +309,7 @@ class Soak:
         """SIGTERM, and demand exit 0 from every process within STOP_LIMIT_S."""
         assert self.flow is not None
         t0 = time.monotonic()
+        self.resources.follow(self.runs, [])  # a stopping process is not the run's steady state
         self.flow.terminate()
         if not self.flow.wait(STOP_LIMIT_S):
             self.out.bad_exits.append(f"run {self.runs}: still running {STOP_LIMIT_S:.0f}s on")
@@ -296,7 +317,7 @@ class Soak:
         codes = self.flow.codes()
         if any(codes):
             self.out.bad_exits.append(f"run {self.runs}: exit codes {codes}\n{self.flow.tail()}")
-        self.out.restarts.append(round(time.monotonic() - t0, 1))
+        self.out.stops_s.append(round(time.monotonic() - t0, 1))
 
     def _calibrate(self, producer: Paced) -> None:
         n = self.plan.calibrate
@@ -323,37 +344,55 @@ class Soak:
         )
 
     def _live(self, producer: Paced) -> None:
+        """The schedule, each event at its time or, if the one before took longer, once
+        that one settled: none is skipped. Production lasts `minutes`, or until the last
+        event settled."""
         self.resources.start()
         self.latency.start()
         live0 = time.monotonic()
         self.out.live_t0 = round(live0 - self.t0, 1)
-        end = producer.until = live0 + self.plan.minutes * 60
         producer.start()
         monitor = Monitor(self.es, self.bootstrap, self.group, self.topic, self.index)
-        for at, what in [*self.plan.events(), (self.plan.minutes * 60, "end")]:
-            while time.monotonic() < min(live0 + at, end):
-                self._check_alive()
-                if producer.error is not None:
-                    raise RuntimeError(f"the producer failed: {producer.error}")
-                time.sleep(0.5)
-            if what == "end":
-                break
-            if time.monotonic() >= end and what != "fast":
-                continue  # late (a restart took long): skipped, but the queue is restored
-            self.out.events.append((round(time.monotonic() - live0, 1), what))
-            self.say(f"soak: {time.monotonic() - live0:.0f}s: {what}")
-            started = time.monotonic()
-            if what == "restart":
-                self._stop_flow()
-                self._start()
-            elif what == "slow":
-                self.node.restart("write queue of 1", QUEUE_OF_ONE)
-            else:
-                self.node.restart("write queue back" if what == "fast" else "node restart")
-            self._settle(monitor, what, started)
+        slow_until = 0.0
+        try:
+            for at, what in [*self.plan.events(), (self.plan.minutes * 60, "end")]:
+                not_before = live0 + at
+                if what == "fast":  # the queue of 1 lasts slow_s from when the node answers
+                    not_before = max(not_before, slow_until)
+                while time.monotonic() < not_before:
+                    self._check_alive()
+                    if producer.error is not None:
+                        raise RuntimeError(f"the producer failed: {producer.error}")
+                    time.sleep(0.5)
+                if what == "end":
+                    break
+                self.out.events.append((round(time.monotonic() - live0, 1), what))
+                self.say(f"soak: {time.monotonic() - live0:.0f}s: {what}")
+                started = time.monotonic()
+                if what == "restart":
+                    self._stop_flow()
+                    self._start()
+                elif what == "slow":
+                    self.node.restart("write queue of 1", QUEUE_OF_ONE)
+                    slow_until = time.monotonic() + self.plan.slow_s
+                elif what == "fast":
+                    self.out.rejected.append(self._write_rejections())
+                    self.node.restart("write queue back")
+                else:
+                    self.node.restart("node restart")
+                self._settle(monitor, what, started)
+        finally:
+            monitor.close()
         producer.stop()
-        monitor.close()
         self.out.records = len(self.recs)
+
+    def _write_rejections(self) -> int:
+        """Write requests the node rejected since it started (-1: it did not say)."""
+        try:
+            stats = self.es.nodes.stats(metric="thread_pool")
+            return sum(n["thread_pool"]["write"]["rejected"] for n in stats["nodes"].values())
+        except Exception:
+            return -1
 
     def _settle(self, monitor: Monitor, what: str, started: float) -> None:
         """Wait until the group commits again after the event (a stop's own final commit
@@ -362,6 +401,9 @@ class Soak:
         The wait is the event's stall; the event lasts from `started` to the commit."""
         t0 = time.monotonic()
         before = monitor.committed()
+        while before < 0 and time.monotonic() - t0 < SETTLE_LIMIT_S:  # Kafka did not answer
+            time.sleep(0.5)
+            before = monitor.committed()
         while monitor.committed() <= before:
             self._check_alive()
             if time.monotonic() - t0 > SETTLE_LIMIT_S:

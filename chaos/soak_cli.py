@@ -1,7 +1,7 @@
 """`scripts/soak`: the flow as a service for `--minutes`, disturbed on a schedule, audited.
 
     scripts/soak [--minutes 30] [--load 0.5] [--layout 2p] [--restart-every 600]
-                 [--slow-every 600] [--slow-s 60] [--sample-s 60] [--window-s 300]
+                 [--slow-every 600] [--slow-s 60] [--sample-s 15] [--window-s 300]
                  [--calibrate 100000] [--keys 50000] [--warmup-s 120] [--bootstrap 127.0.0.1:9092]
                  [--es-port 9250] [--stack-dir /var/tmp/es-sink-soak] [--out DIR] [--keep]
 
@@ -37,7 +37,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--restart-every", type=float, default=600.0, help="flow restart, seconds")
     p.add_argument("--slow-every", type=float, default=600.0, help="ES disturbance, seconds")
     p.add_argument("--slow-s", type=float, default=60.0, help="how long the queue is 1")
-    p.add_argument("--sample-s", type=float, default=60.0, help="resource sampling interval")
+    p.add_argument("--sample-s", type=float, default=15.0, help="resource sampling interval")
     p.add_argument("--window-s", type=float, default=300.0, help="latency window")
     p.add_argument("--calibrate", type=int, default=100_000, help="backlog records")
     p.add_argument("--keys", type=int, default=50_000)
@@ -50,7 +50,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default=Path("/var/tmp/es-sink-soak"),  # noqa: S108 (as scripts/stack's STACK_DIR)
         help="the node's STACK_DIR (run as an unprivileged user when root: not under /tmp)",
     )
-    p.add_argument("--out", type=Path, help="where soak.json and soak.png go")
+    p.add_argument(
+        "--out", type=Path, help="where soak.json and soak.png go (default: the work dir, kept)"
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     return p.parse_args(argv)
 
@@ -101,8 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     ]:
         say(line)
     print(summary(rep, ok), flush=True)
-    if ok and not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
+    if ok and not args.keep:  # the flow logs and the store go; the results stay
+        for log in work.glob("flow-*.log"):
+            log.unlink()
+        shutil.rmtree(work / "recovery", ignore_errors=True)
     else:
         say(f"soak: work directory (flow logs) kept in {work}")
+    say(f"soak: results in {out_dir / 'soak.json'}")
     return 0 if ok else 1

@@ -128,7 +128,8 @@ def report(soak: Soak, out: Outcome, plan: Plan) -> dict[str, Any]:
         "capacity_per_s": round(out.capacity),
         "rate_per_s": round(out.rate),
         "records": out.records,
-        "flow_stops_s": out.restarts,
+        "flow_stops_s": out.stops_s,
+        "rejected_429": out.rejected,
         "bad_exits": out.bad_exits,
         "crashes": out.crashes,
         "es_restarts": out.es_restarts,
@@ -159,6 +160,7 @@ def passed(rep: dict[str, Any], out: Outcome) -> bool:
         and not out.bad_exits
         and not out.crashes
         and all(s >= 0 for _, s in out.stalls)
+        and all(n > 0 for n in out.rejected)  # the write queue of 1 did push back
         and rep["latency_unseen"] == 0
     )
 
@@ -180,7 +182,9 @@ def summary(rep: dict[str, Any], ok: bool) -> str:
         "dlq_good": a.get("dlq_good"),
         "commit_mismatch": a.get("commit_mismatch"),
         "flow_restarts": len(rep["flow_stops_s"]) - 1,
+        "flow_stop_s_max": max(rep["flow_stops_s"], default=0),
         "es_restarts": len(rep["es_restarts"]),
+        "rejected_429": ",".join(str(n) for n in rep["rejected_429"]),
         "crashes": len(rep["crashes"]),
         "bad_exits": len(rep["bad_exits"]),
         "peak_rss_mib": f"{min(rss, default=0):.0f}-{max(rss, default=0):.0f}",
