@@ -234,7 +234,7 @@ class Soak:
         self, plan: Plan, *, bootstrap: str, es_port: int, stack_dir: Path, workdir: Path,
         run: str, say: Callable[[str], None],
     ) -> None:  # fmt: skip
-        from elasticsearch import Elasticsearch
+        from sinks.elasticsearch.client import connect
 
         self.plan, self.bootstrap, self.workdir, self.say = plan, bootstrap, workdir, say
         self.node = Node(es_port, stack_dir, say)
@@ -242,7 +242,7 @@ class Soak:
         self.dlq = f"{self.topic}-dlq"
         self.recovery = workdir / "recovery"
         self.t0 = time.monotonic()
-        self.es: Any = Elasticsearch(self.node.url, request_timeout=30)
+        self.es: Any = connect(self.node.url, request_timeout=30)  # speaks 8 too (ES_VERSION)
         self.resources = Resources(self.t0, plan.sample_s, self.recovery)
         self.latency = Latency(self.es, self.index, self.t0)
         self.recs: list[Rec] = []
