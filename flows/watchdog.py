@@ -86,7 +86,10 @@ class Watch:
         self.limit = max(settings.cluster_stall_s, 3 * run.epoch_s)
         self.hosts = [a.rsplit(":", 1)[0] for a in run.addresses]
         self.silent_rounds: dict[int, int] = {}
-        """Consecutive checks in which a peer that answered before did not answer."""
+        """Consecutive checks in which a peer that answered before did not answer, since
+        the last epoch closed (a closed epoch proves every peer took part)."""
+        self.checked: float | None = None
+        """time.monotonic() of the previous check."""
         self.warned: str | None = None
         """The reason last logged for not exiting during this stall."""
 
@@ -100,6 +103,10 @@ class Watch:
 
     def verdict(self) -> str | None:
         """Why the process should exit now, or None; asks the peers every call."""
+        now, since = time.monotonic(), progress.since_epoch_s()
+        if self.checked is not None and since is not None and since < now - self.checked:
+            self.silent_rounds.clear()  # an epoch closed since the last check
+        self.checked = now
         silent, answering, unknown = [], [], []
         for i, url in self.peers:
             if answers(url):

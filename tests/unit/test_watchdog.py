@@ -81,6 +81,25 @@ def test_a_peer_counts_as_gone_only_after_misses_in_a_row(watch: Any) -> None:
     assert watch(set(), retrying=True) is not None  # its third
 
 
+def test_misses_while_epochs_still_close_do_not_count_toward_a_later_stall(
+    watch: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer whose status API alone is unreachable, while the cluster's epochs close, is
+    alive: when an Elasticsearch outage then stalls them, only its misses since the last
+    closed epoch count (before, the ten misses before the stall ended it at once)."""
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: clock["now"])
+
+    def check(after_s: float, up: set[int], since: float) -> str | None:
+        clock["now"] += after_s
+        return watch(up, retrying=True, since=since)
+
+    for _ in range(10):
+        assert check(10, {2}, since=0.5) is None  # peer 1's API is silent; epochs close
+    assert check(61, set(), since=61.0) is None  # the stall's second miss of peer 1
+    assert check(10, set(), since=71.0) is not None  # its third
+
+
 SAME_HOST = RunArgs(1, 3, False, epoch_s=1.0, process_id=0, addresses=("a:1", "a:2", "b:1"))
 
 
