@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, wait
@@ -69,6 +70,10 @@ class Buffered:
     bulks_in_flight: int
     oldest_s: float | None
     """Age of the oldest buffered action that no bulk has taken yet (None: nothing)."""
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
 
 
 def buffered() -> Buffered:
@@ -201,18 +206,38 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         if not self._buf or not self._lock.acquire(blocking=False):
             return
         try:
-            inflight = self._inflight
             if (
-                self._buf
-                and not self._broken
-                and not failing.failing()
+                not failing.failing()
                 and self._idle()
                 and self._clock.monotonic() - self._oldest >= self._linger_s
-                and (inflight is None or inflight.exception() is None)
             ):
-                self._dispatch()
+                self._send_from_outside()
         finally:
             self._lock.release()
+
+    def send_before_stop(self, deadline: float) -> None:
+        """Another partition stops the flow on a refused record (ERRORS_TOLERANCE=none):
+        send this buffer, which may hold earlier records of the same Kafka partition.
+        Bytewax calls no snapshot() once that partition raised, and the stop promises that
+        the records before the refused one are written. Waits for this partition's lock
+        and bulk in flight until `deadline` (time.monotonic()); skipped past it."""
+        if not self._buf or not self._lock.acquire(timeout=_left(deadline)):
+            return
+        try:
+            if self._inflight is not None:
+                wait([self._inflight], timeout=_left(deadline))
+            if self._idle():
+                self._send_from_outside()
+        finally:
+            self._lock.release()
+
+    def _send_from_outside(self) -> None:
+        """Under the lock, from a thread that is not this partition's worker: send the
+        buffer unless the partition is broken or its last bulk failed (its worker's own
+        `_join` raises that error, so it is not joined here)."""
+        inflight = self._inflight
+        if self._buf and not self._broken and (inflight is None or inflight.exception() is None):
+            self._dispatch()
 
     def _idle(self) -> bool:
         """No bulk of this partition in flight. BULK_LINGER_MS applies only then: while one
@@ -275,11 +300,16 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
     def _earliest_refusal(self, key: tuple[str, int]) -> RecordFailedError:
         """ERRORS_TOLERANCE=none: the earliest record of this Kafka partition that a bulk of
         this process refused. Records of one Kafka partition spread over sink partitions by
-        document id, so first wait (at most REFUSAL_WAIT_S) for the process's other bulks
+        document id, so first send what the process's other partitions buffer (it may hold
+        earlier records) and wait (at most REFUSAL_WAIT_S in all) for the process's bulks
         in flight: one of them may refuse an earlier record (review F13)."""
+        deadline = time.monotonic() + REFUSAL_WAIT_S
+        for peer in list(_LIVE):
+            if peer is not self:
+                peer.send_before_stop(deadline)
         others = bulk_pool(self._max_in_flight).in_flight()
         if others:
-            wait(others, timeout=REFUSAL_WAIT_S)
+            wait(others, timeout=_left(deadline))
         error = refusals.earliest(key)
         logger.error("%s", error)
         return error

@@ -1127,6 +1127,23 @@ def test_tolerance_none_names_the_earliest_refused_offset_of_other_partitions() 
     assert info_b.value.where == "orders/1@3"
 
 
+def test_tolerance_none_sends_what_other_partitions_buffer_before_it_stops() -> None:
+    """Bytewax calls no snapshot() once a partition raised: a record before the refused one,
+    routed by id to another partition and still in its buffer, was never written (found
+    by the chaos harness's strict mode with one worker). It is sent before the stop."""
+    s = Settings.load({"KAFKA_TOPICS": TOPIC, "BULK_LINGER_MS": "60000"})
+    a_client, b_client = FakeClient({"a": (400, MAPPER_ERROR)}), FakeClient()
+    a = EsSinkPartition(sink_config.es_sink(s), "es-0000", a_client, None, clock=FakeClock())  # type: ignore[arg-type]
+    b = EsSinkPartition(sink_config.es_sink(s), "es-0001", b_client, None, clock=FakeClock())  # type: ignore[arg-type]
+    b.write_batch([make_actions(s, "b", first_offset=3)])
+    a.write_batch([make_actions(s, "a", first_offset=7)])
+    assert b_client.requests == []  # buffered, below every limit
+    with pytest.raises(RecordFailedError, match="orders/1@7"):
+        a.snapshot()
+    assert b_client.ids(0) == ["b"]
+    b.snapshot()  # nothing left to send, nothing refused
+
+
 def test_tolerance_none_waits_for_other_bulks_only_a_bounded_time(monkeypatch) -> None:
     monkeypatch.setattr("sinks.elasticsearch.partition.REFUSAL_WAIT_S", 0.2)
     s = Settings.load({"KAFKA_TOPICS": TOPIC})
