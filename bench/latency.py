@@ -5,11 +5,20 @@ docs/s, `--latency-share`), a paced producer writes live records to a fresh topi
 a systematic sample (~200 documents/s) is looked for every 50 ms (`_refresh`, then an `ids`
 search); latency = refresh return time - record timestamp (`lat_ts` in the document, set to
 the produce time).
+
+That is the latency a user's search sees, but on a busy node the `_refresh` call itself
+takes from 0.2 s to seconds, whichever system writes. So a thread also watches the index's
+completed index operations (`index_total`, no refresh needed) every 20 ms: a document's
+`_seq_no` (one shard) tells which operation wrote it, so the first look at which
+`index_total` passed it is when it was indexed. `ix_p50_ms` / `ix_p99_ms` = that time -
+`lat_ts`: the system's own part, which no refresh inflates; `refresh_p99_ms` is the
+harness's `_refresh` call.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
 import random
@@ -22,7 +31,7 @@ import orjson
 from bench.data import SEED, lat_key_for, make_doc
 from bench.procs import Proc
 from bench.report import Row
-from bench.services import POLL_S, new_producer
+from bench.services import POLL_S, Services, new_producer
 from bench.systems import Ctx, child_env, launch, log, stop_all
 from devkit.stats import percentile
 
@@ -30,6 +39,29 @@ __all__ = ["PacedProducer", "percentile", "run_all", "run_latency"]
 
 LAT_POLL_S = 0.05
 LAT_SAMPLES_PER_S = 200
+INDEXED_POLL_S = 0.02
+
+
+class IndexedWatch(threading.Thread):
+    """(time, index_total) of one index every INDEXED_POLL_S; see the module docstring."""
+
+    def __init__(self, svc: Services, index: str) -> None:
+        super().__init__(daemon=True)
+        self.svc, self.index = svc, index
+        self.times: list[float] = []
+        self.totals: list[int] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(INDEXED_POLL_S):
+            total = self.svc.index_total(self.index)  # 0 when a look fails: keep it monotone
+            self.times.append(time.time() * 1000)
+            self.totals.append(max(total, self.totals[-1] if self.totals else 0))
+
+    def indexed_ms(self, seq_no: int) -> float | None:
+        """When the operation `seq_no` (0-based) was first seen completed."""
+        i = bisect.bisect_right(self.totals, seq_no)
+        return self.times[i] if i < len(self.times) else None
 
 
 class PacedProducer(threading.Thread):
@@ -117,6 +149,7 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
     topic = svc.name(f"{ctx.variant}-lat-{system}")
     procs: list[Proc] = []
     producer: PacedProducer | None = None
+    watch: IndexedWatch | None = None
     total = int((warm + measure + tail) * rate)
     window_end = int((warm + measure) * rate)
     try:
@@ -153,7 +186,11 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
         step = max(1, round(rate / LAT_SAMPLES_PER_S))
         unseen = {lat_key_for(s): s for s in range(first_seq, window_end, step)}
         latencies: list[float] = []
+        seq_nos: list[tuple[int, float]] = []  # (_seq_no, lat_ts) of each sample
+        refreshes: list[float] = []
         by_seq: list[tuple[int, float]] = []
+        watch = IndexedWatch(svc, index)
+        watch.start()
         # Stragglers: wait `drain` s after the last record was due, and longer while
         # sampled documents keep arriving (a system slower than `rate` falls behind; its
         # latency is then measured, not cut off), up to 300 s.
@@ -167,20 +204,25 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
             upto = (time.time() - t0) * rate + 1
             cand = [k for k, s in unseen.items() if s <= upto]
             if cand:
+                asked_ms = time.time() * 1000
                 svc.es.indices.refresh(index=index)
                 t_vis_ms = time.time() * 1000
+                refreshes.append(t_vis_ms - asked_ms)
                 res = svc.es.search(
                     index=index,
                     query={"ids": {"values": cand}},
                     size=len(cand),
                     source=False,
                     docvalue_fields=["lat_ts"],
-                    filter_path="hits.hits._id,hits.hits.fields",
+                    seq_no_primary_term=True,
+                    filter_path="hits.hits._id,hits.hits._seq_no,hits.hits.fields",
                 )
                 for hit in res.get("hits", {}).get("hits", []):
                     seq = unseen.pop(hit["_id"], None)
                     if seq is not None:
-                        latencies.append(t_vis_ms - hit["fields"]["lat_ts"][0])
+                        ts = hit["fields"]["lat_ts"][0]
+                        latencies.append(t_vis_ms - ts)
+                        seq_nos.append((hit["_seq_no"], ts))
                         by_seq.append((seq, latencies[-1]))
             if len(cpu_marks) < 2 and time.time() >= window[len(cpu_marks)]:
                 cpu_marks.append(live_cpu(procs))
@@ -195,6 +237,13 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
             raise RuntimeError("no sampled document became searchable")
         row.p50_ms = percentile(latencies, 0.50)
         row.p99_ms = percentile(latencies, 0.99)
+        watch.stop.set()
+        watch.join()
+        indexed = [t - ts for n, ts in seq_nos if (t := watch.indexed_ms(n)) is not None]
+        if indexed:
+            row.extra["ix_p50_ms"] = percentile(indexed, 0.50)
+            row.extra["ix_p99_ms"] = percentile(indexed, 0.99)
+        row.extra["refresh_p99_ms"] = percentile(refreshes, 0.99)
         row.extra["latency_rate"] = rate
         # Saturated: the median latency of the window's second half is more than twice
         # (and 1 s above) that of its first half: the system fell behind the rate.
@@ -224,6 +273,8 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
                 f"{bad[0].name} exited with {bad[0].returncode} when stopped:\n{bad[0].tail()}"
             )
     finally:
+        if watch is not None:
+            watch.stop.set()
         stop_all(procs, natural=False, grace=0)
         svc.delete_index(index)
         if system != "ceiling":

@@ -47,6 +47,9 @@ DETAIL_KEYS = (
     "processes",
     "peak_threads",
     "searchable_s",
+    "ix_p50_ms",
+    "ix_p99_ms",
+    "refresh_p99_ms",
     "cpu_vs_flow_1w",
     "ceiling_runs",
 )
@@ -139,7 +142,8 @@ def print_table(rows: list[Row], rates: dict[str, float | None]) -> None:
     vw = max([7, *(len(r.variant) for r in rows)])
     head = (
         f"{'system':<8} {'variant':<{vw}} {'docs/s':>9} {'ratio':>6} {'cpu_s/M':>8} "
-        f"{'rss_mb':>7} {'threads':>7} {'p50_ms':>7} {'p99_ms':>7} {'wall_s':>7} "
+        f"{'rss_mb':>7} {'threads':>7} {'p50_ms':>7} {'p99_ms':>7} {'ix_p50':>6} "
+        f"{'ix_p99':>6} {'ref_p99':>7} {'wall_s':>7} "
         f"{'first_s':>7} {'search_s':>8} {'live_us':>7} {'lull_s':>6} {'es_us':>6} "
         f"{'kafka_us':>8} {'total_us':>8} {'bound/s':>9} {'bound_r':>7}"
     )
@@ -155,7 +159,9 @@ def print_table(rows: list[Row], rates: dict[str, float | None]) -> None:
             f"{r.system:<8} {r.variant:<{vw}} {f(r.docs_per_s, ',.0f'):>9} "
             f"{f(r.ratio_to_ceiling, '.2f'):>6} {f(r.cpu_s_per_million, ',.1f'):>8} "
             f"{f(r.peak_rss_mb, ',.0f'):>7} {f(x('peak_threads'), 'd'):>7} "
-            f"{f(r.p50_ms, ',.0f'):>7} {f(r.p99_ms, ',.0f'):>7} {f(r.wall_s, '.1f'):>7} "
+            f"{f(r.p50_ms, ',.0f'):>7} {f(r.p99_ms, ',.0f'):>7} "
+            f"{f(x('ix_p50_ms'), ',.0f'):>6} {f(x('ix_p99_ms'), ',.0f'):>6} "
+            f"{f(x('refresh_p99_ms'), ',.0f'):>7} {f(r.wall_s, '.1f'):>7} "
             f"{f(r.first_doc_s, '.1f'):>7} {f(x('searchable_s'), '.1f'):>8} "
             f"{f(x('live_cpu_us'), '.1f'):>7} {f(x('flush_s'), '.1f'):>6} "
             f"{f(x('es_cpu_us'), '.1f'):>6} {f(x('kafka_cpu_us'), '.1f'):>8} "

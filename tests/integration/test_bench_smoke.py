@@ -48,6 +48,9 @@ def test_quick_bench_reports_every_system(services, tmp_path):
             assert isinstance(row[key], int | float) and row[key] > 0, (key, row)
     assert next(r for r in rows if r["system"] == "ceiling")["ratio_to_ceiling"] == 1.0
     assert set(r["system"] for r in rows) == SYSTEMS
+    # when each sampled document was indexed, apart from the harness's _refresh
+    for d in json.loads(out.with_suffix(".details.json").read_text()):
+        assert 0 < d["ix_p50_ms"] <= d["ix_p99_ms"] and d["refresh_p99_ms"] > 0, d
 
 
 NEW_VARIANTS = ["small-dlq5", "small-transforms", "small-avro", "small-p120"]
