@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, wait
@@ -42,7 +41,7 @@ from sinks.elasticsearch import bulk, refusals
 from sinks.elasticsearch.config import EsSinkConfig
 from sinks.elasticsearch.refusals import clear_refusals
 from sinks.elasticsearch.workers import POLL_S, bulk_pool, held_bytes
-from sinks.errors import ConfigError, ElasticsearchUnavailableError, RecordFailedError
+from sinks.errors import ConfigError, ElasticsearchUnavailableError
 from sinks.model import Action, DeadLetter
 from sinks.resources import members
 
@@ -50,9 +49,6 @@ logger = logging.getLogger(__name__)
 
 _WARN_EVERY_S = 30.0
 SUMMARY_EVERY_S = 60.0
-REFUSAL_WAIT_S = 5.0
-"""ERRORS_TOLERANCE=none: how long a refused record waits for the process's other bulks in
-flight before the flow stops on the earliest refused record of its Kafka partition."""
 
 Chunk = list[Action]
 
@@ -70,10 +66,6 @@ class Buffered:
     bulks_in_flight: int
     oldest_s: float | None
     """Age of the oldest buffered action that no bulk has taken yet (None: nothing)."""
-
-
-def _left(deadline: float) -> float:
-    return max(0.0, deadline - time.monotonic())
 
 
 def buffered() -> Buffered:
@@ -124,6 +116,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         weakref.finalize(self, self._held.leave)
         self._lock = threading.Lock()  # the worker's calls vs the linger ticker
         self._broken = False
+        self._stopping = False  # this partition stops the flow on a refused record
         self._bytes = 0
         self._oldest = 0.0
         self._max_actions = config.bulk.max_actions
@@ -185,6 +178,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         again. The shared client stays open.
         """
         self._broken = True  # the linger ticker must not send it either
+        _LIVE.discard(self)
         if self._buf:
             logger.info(
                 "sink partition %s: stopping with %d actions unsent (not committed)",
@@ -206,38 +200,43 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         if not self._buf or not self._lock.acquire(blocking=False):
             return
         try:
-            if (
-                not failing.failing()
-                and self._idle()
-                and self._clock.monotonic() - self._oldest >= self._linger_s
-            ):
+            if not failing.failing() and self._clock.monotonic() - self._oldest >= self._linger_s:
                 self._send_from_outside()
         finally:
             self._lock.release()
 
-    def send_before_stop(self, deadline: float) -> None:
-        """Another partition stops the flow on a refused record (ERRORS_TOLERANCE=none):
-        send this buffer, which may hold earlier records of the same Kafka partition.
-        Bytewax calls no snapshot() once that partition raised, and the stop promises that
-        the records before the refused one are written. Waits for this partition's lock
-        and bulk in flight until `deadline` (time.monotonic()); skipped past it."""
-        if not self._buf or not self._lock.acquire(timeout=_left(deadline)):
-            return
+    def send_before_stop(self, deadline: float | None) -> bool:
+        """Another partition stops the flow on a refused record (`refusals.stop_on`): send
+        this buffer, which may hold earlier records of the same Kafka partition; Bytewax
+        calls no snapshot() once that partition raised. `deadline` None: only if the
+        partition is free now; else wait for its lock and bulk in flight until then
+        (time.monotonic()). False: it was busy, try again with a deadline."""
+        if self._stopping or self._broken or failing.failing():
+            return True
+        if deadline is None:
+            locked = self._lock.acquire(blocking=False)
+        else:
+            locked = self._lock.acquire(timeout=refusals.left(deadline))
+        if not locked:
+            return False
         try:
-            if self._inflight is not None:
-                wait([self._inflight], timeout=_left(deadline))
-            if self._idle():
-                self._send_from_outside()
+            if self._inflight is not None and deadline is not None:
+                wait([self._inflight], timeout=refusals.left(deadline))
+            return self._send_from_outside()
         finally:
             self._lock.release()
 
-    def _send_from_outside(self) -> None:
+    def _send_from_outside(self) -> bool:
         """Under the lock, from a thread that is not this partition's worker: send the
-        buffer unless the partition is broken or its last bulk failed (its worker's own
-        `_join` raises that error, so it is not joined here)."""
+        buffer unless the partition is broken, has a bulk in flight, or its last bulk failed
+        (its worker's own `_join` raises that error, so it is not joined here). False: a
+        bulk is still in flight."""
+        if not self._idle():
+            return False
         inflight = self._inflight
         if self._buf and not self._broken and (inflight is None or inflight.exception() is None):
             self._dispatch()
+        return True
 
     def _idle(self) -> bool:
         """No bulk of this partition in flight. BULK_LINGER_MS applies only then: while one
@@ -285,8 +284,12 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
                     raise ElasticsearchUnavailableError(msg)
             inflight.result()
         except refusals.Refused as refused:
-            error = self._earliest_refusal(refused.key)
-            self._fail()
+            self._stopping = True
+            try:
+                peers = [p for p in members(_LIVE) if p is not self]
+                error = refusals.stop_on(refused.key, peers, bulk_pool(self._max_in_flight))
+            finally:
+                self._fail()
             raise error from None
         except BaseException:
             self._fail()
@@ -296,23 +299,6 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         # Bytewax now unwinds and calls close() on every partition: nothing more is sent.
         self._broken = True
         failing.mark()
-
-    def _earliest_refusal(self, key: tuple[str, int]) -> RecordFailedError:
-        """ERRORS_TOLERANCE=none: the earliest record of this Kafka partition that a bulk of
-        this process refused. Records of one Kafka partition spread over sink partitions by
-        document id, so first send what the process's other partitions buffer (it may hold
-        earlier records) and wait (at most REFUSAL_WAIT_S in all) for the process's bulks
-        in flight: one of them may refuse an earlier record (review F13)."""
-        deadline = time.monotonic() + REFUSAL_WAIT_S
-        for peer in list(_LIVE):
-            if peer is not self:
-                peer.send_before_stop(deadline)
-        others = bulk_pool(self._max_in_flight).in_flight()
-        if others:
-            wait(others, timeout=_left(deadline))
-        error = refusals.earliest(key)
-        logger.error("%s", error)
-        return error
 
     # -- sending (on a pool thread)
 

@@ -3,16 +3,62 @@
 Records of one Kafka partition spread over the sink partitions by document id, so the
 bulks of several sink partitions may refuse records of one Kafka partition at once; the
 flow must stop on the earliest (nothing past it is committed), whichever bulk found it.
+And an earlier record of that partition may still sit unsent in another sink partition's
+buffer, which Bytewax never asks to snapshot once one partition raised: the stop sends
+those buffers first (`stop_on`).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, wait
+from typing import Protocol
 
 from sinks.dead_letter.policy import ErrorPolicy
 from sinks.errors import RecordFailedError
 from sinks.model import DeadLetter
+
+logger = logging.getLogger(__name__)
+
+
+REFUSAL_WAIT_S = 5.0
+"""How long a stop on a refused record waits for busy sink partitions to send their buffers,
+and then as long again for the process's bulks in flight."""
+
+
+class Peer(Protocol):
+    """Another sink partition of the process (`EsSinkPartition.send_before_stop`)."""
+
+    def send_before_stop(self, deadline: float | None) -> bool: ...
+
+
+class Bulks(Protocol):
+    def in_flight(self) -> list[Future[None]]: ...
+
+
+def left(deadline: float) -> float:
+    """Seconds until `deadline` (time.monotonic()), never negative."""
+    return max(0.0, deadline - time.monotonic())
+
+
+def stop_on(key: tuple[str, int], peers: Sequence[Peer], bulks: Bulks) -> RecordFailedError:
+    """The error to stop on, for a refused record of Kafka partition `key`: first every free
+    peer sends its buffer, then the busy ones once free (within REFUSAL_WAIT_S), then the
+    process's bulks in flight are waited for (REFUSAL_WAIT_S again): one of them may refuse
+    an earlier record of `key` (review F13)."""
+    busy = [p for p in peers if not p.send_before_stop(None)]
+    deadline = time.monotonic() + REFUSAL_WAIT_S
+    for peer in busy:
+        peer.send_before_stop(deadline)
+    others = bulks.in_flight()
+    if others:
+        wait(others, timeout=REFUSAL_WAIT_S)
+    error = earliest(key)
+    logger.error("%s", error)
+    return error
 
 
 class Refused(Exception):

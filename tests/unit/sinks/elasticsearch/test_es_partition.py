@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent import futures
 from typing import Any
@@ -1144,8 +1145,65 @@ def test_tolerance_none_sends_what_other_partitions_buffer_before_it_stops() -> 
     b.snapshot()  # nothing left to send, nothing refused
 
 
+def test_tolerance_none_sends_a_busy_partitions_buffer_once_its_bulk_is_written() -> None:
+    s = Settings.load({"KAFKA_TOPICS": TOPIC, "BULK_LINGER_MS": "60000"})
+    b_client = GatedClient()
+    a_client = FakeClient({"a": (400, MAPPER_ERROR)})
+    a = EsSinkPartition(sink_config.es_sink(s), "es-0000", a_client, None, clock=FakeClock())  # type: ignore[arg-type]
+    b = EsSinkPartition(sink_config.es_sink(s), "es-0001", b_client, None, clock=FakeClock())  # type: ignore[arg-type]
+    b.write_batch([make_actions(s, "b1", first_offset=2)])
+    with b._lock:
+        b._dispatch()  # B's first bulk is in flight (held at the gate)
+    assert b_client.entered.acquire(timeout=10)
+    b.write_batch([make_actions(s, "b2", first_offset=3)])
+    a.write_batch([make_actions(s, "a", first_offset=7)])
+    threading.Timer(0.3, b_client.gate.set).start()
+    with pytest.raises(RecordFailedError, match="orders/1@7"):
+        a.snapshot()
+    assert [b_client.ids(0), b_client.ids(1)] == [["b1"], ["b2"]]
+    b.snapshot()
+
+
+def test_tolerance_none_two_partitions_refusing_at_once_do_not_wait_for_each_other(
+    monkeypatch,
+) -> None:
+    """Each holds its own lock, with its buffer still unsent, while it stops: neither may
+    wait for the other's."""
+    monkeypatch.setattr("sinks.elasticsearch.refusals.REFUSAL_WAIT_S", 3.0)
+    s = Settings.load({"KAFKA_TOPICS": TOPIC, "BULK_LINGER_MS": "60000"})
+    gated = [GatedClient(), GatedClient()]
+    parts = []
+    for i, (c, doc) in enumerate(zip(gated, ["a", "b"], strict=True)):
+        c.default = {doc: (400, MAPPER_ERROR)}
+        part = EsSinkPartition(sink_config.es_sink(s), f"es-000{i}", c, None, clock=FakeClock())  # type: ignore[arg-type]
+        part.write_batch([make_actions(s, doc, first_offset=3 + 4 * i)])
+        with part._lock:
+            part._dispatch()  # the bulk that will be refused is in flight
+        assert c.entered.acquire(timeout=10)
+        part.write_batch([make_actions(s, doc + "-later", first_offset=20 + i)])
+        parts.append(part)
+    errors: list[str] = []
+
+    def stop(part: EsSinkPartition) -> None:
+        with pytest.raises(RecordFailedError) as info:
+            part.snapshot()
+        errors.append(info.value.where)
+
+    threads = [threading.Thread(target=stop, args=(p,)) for p in parts]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)  # both in snapshot(): each holds its lock, its buffer not yet sent
+    started = time.monotonic()
+    for c in gated:
+        c.gate.set()
+    for t in threads:
+        t.join(10)
+    assert time.monotonic() - started < 2.0
+    assert sorted(errors) == ["orders/1@3", "orders/1@3"]
+
+
 def test_tolerance_none_waits_for_other_bulks_only_a_bounded_time(monkeypatch) -> None:
-    monkeypatch.setattr("sinks.elasticsearch.partition.REFUSAL_WAIT_S", 0.2)
+    monkeypatch.setattr("sinks.elasticsearch.refusals.REFUSAL_WAIT_S", 0.2)
     s = Settings.load({"KAFKA_TOPICS": TOPIC})
     stuck = GatedClient()
     a = EsSinkPartition(
