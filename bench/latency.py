@@ -51,12 +51,17 @@ class IndexedWatch(threading.Thread):
         self.times: list[float] = []
         self.totals: list[int] = []
         self.stop = threading.Event()
+        self.failed = 0
 
     def run(self) -> None:
         while not self.stop.wait(INDEXED_POLL_S):
-            total = self.svc.index_total(self.index)  # 0 when a look fails: keep it monotone
+            try:
+                total = self.svc.index_total(self.index)
+            except Exception:  # a slow or refused look: the next one tells
+                self.failed += 1
+                continue
             self.times.append(time.time() * 1000)
-            self.totals.append(max(total, self.totals[-1] if self.totals else 0))
+            self.totals.append(max(total, self.totals[-1] if self.totals else 0))  # 0: failed
 
     def indexed_ms(self, seq_no: int) -> float | None:
         """When the operation `seq_no` (0-based) was first seen completed."""
@@ -240,6 +245,9 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
         watch.stop.set()
         watch.join()
         indexed = [t - ts for n, ts in seq_nos if (t := watch.indexed_ms(n)) is not None]
+        row.extra["ix_unmapped"] = len(seq_nos) - len(indexed)
+        if watch.failed:
+            log(f"latency: {system}: {watch.failed} index_total looks failed (ix_ figures)")
         if indexed:
             row.extra["ix_p50_ms"] = percentile(indexed, 0.50)
             row.extra["ix_p99_ms"] = percentile(indexed, 0.99)

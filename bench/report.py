@@ -49,6 +49,7 @@ DETAIL_KEYS = (
     "searchable_s",
     "ix_p50_ms",
     "ix_p99_ms",
+    "ix_unmapped",
     "refresh_p99_ms",
     "cpu_vs_flow_1w",
     "ceiling_runs",

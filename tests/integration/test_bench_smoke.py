@@ -50,6 +50,7 @@ def test_quick_bench_reports_every_system(services, tmp_path):
     assert set(r["system"] for r in rows) == SYSTEMS
     # when each sampled document was indexed, apart from the harness's _refresh
     for d in json.loads(out.with_suffix(".details.json").read_text()):
+        assert d["ix_unmapped"] == 0 and d["ix_p50_ms"] is not None, d
         assert 0 < d["ix_p50_ms"] <= d["ix_p99_ms"] and d["refresh_p99_ms"] > 0, d
 
 
