@@ -205,22 +205,18 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         finally:
             self._lock.release()
 
-    def send_before_stop(self, deadline: float | None) -> bool:
+    def send_before_stop(self, deadline: float) -> bool:
         """Another partition stops the flow on a refused record (`refusals.stop_on`): send
         this buffer, which may hold earlier records of the same Kafka partition; Bytewax
-        calls no snapshot() once that partition raised. `deadline` None: only if the
-        partition is free now; else wait for its lock and bulk in flight until then
-        (time.monotonic()). False: it was busy, try again with a deadline."""
+        calls no snapshot() once that partition raised. Waits for this partition's lock
+        and bulk in flight until `deadline` (time.monotonic(); a past one: not at all).
+        False: it was busy, try again with a later deadline."""
         if self._stopping or self._broken or failing.failing():
             return True
-        if deadline is None:
-            locked = self._lock.acquire(blocking=False)
-        else:
-            locked = self._lock.acquire(timeout=refusals.left(deadline))
-        if not locked:
+        if not self._lock.acquire(timeout=refusals.left(deadline)):
             return False
         try:
-            if self._inflight is not None and deadline is not None:
+            if self._inflight is not None:
                 wait([self._inflight], timeout=refusals.left(deadline))
             return self._send_from_outside()
         finally:

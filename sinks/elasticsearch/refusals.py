@@ -32,7 +32,7 @@ and then as long again for the process's bulks in flight."""
 class Peer(Protocol):
     """Another sink partition of the process (`EsSinkPartition.send_before_stop`)."""
 
-    def send_before_stop(self, deadline: float | None) -> bool: ...
+    def send_before_stop(self, deadline: float) -> bool: ...
 
 
 class Bulks(Protocol):
@@ -49,7 +49,8 @@ def stop_on(key: tuple[str, int], peers: Sequence[Peer], bulks: Bulks) -> Record
     peer sends its buffer, then the busy ones once free (within REFUSAL_WAIT_S), then the
     process's bulks in flight are waited for (REFUSAL_WAIT_S again): one of them may refuse
     an earlier record of `key` (review F13)."""
-    busy = [p for p in peers if not p.send_before_stop(None)]
+    now = time.monotonic()
+    busy = [p for p in peers if not p.send_before_stop(now)]
     deadline = time.monotonic() + REFUSAL_WAIT_S
     for peer in busy:
         peer.send_before_stop(deadline)
