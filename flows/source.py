@@ -1,5 +1,7 @@
 """Kafka source: one partition per Kafka partition, resumable, committing offsets that lag.
 
+The partitions of a worker share one consumer (`flows.consumers`).
+
 Offsets live in Bytewax recovery snapshots (with `-r`). The consumer group's committed
 offsets are the fallback start position and what lag monitoring reads, so they must never
 run ahead of what is durable in Elasticsearch or the dead-letter topic. Bytewax has no
@@ -30,9 +32,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from flows import control, discovery, fencing, halt, metrics, shutdown, topics
+from flows import consumers, control, discovery, fencing, halt, metrics, shutdown, topics
 from flows.config import Settings
 from flows.errors import PipelineError
 from flows.runtime import run_args
@@ -125,12 +127,14 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._batch_size = settings.consume_batch_size
         self._stop_at_end = settings.stop_at_end
         self._awake: datetime | None = None
-        self._consumer = Consumer(
+        self._key = (topic, partition)
+        # One consumer per worker serves all of its partitions (flows.consumers).
+        self._shared = consumers.shared(
             settings.librdkafka(
-                # librdkafka prefetches up to 64 MB and 100,000 records per consumer, and
-                # there is one consumer per partition: bound that to keep memory flat.
+                # librdkafka prefetches up to 64 MB and 100,000 records per partition by
+                # default: bound that to keep memory flat (the kilobytes are per consumer).
                 defaults={
-                    "queued.max.messages.kbytes": 4096,
+                    "queued.max.messages.kbytes": 16384,
                     "queued.min.messages": max(5 * settings.consume_batch_size, 1000),
                 },
                 **{
@@ -139,10 +143,22 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                     "enable.auto.offset.store": "false",
                     "auto.offset.reset": settings.auto_offset_reset,
                     "enable.partition.eof": "false",
-                    "on_commit": self._on_commit,
                 },
             )
         )
+        self._consumer = self._shared.consumer
+        self._shared.join(self._key, self._batch_size, self._on_commit)
+        try:
+            self._start(settings, topic, partition, resume_offset)
+        except BaseException:
+            self._shared.leave(self._key)
+            raise
+        _LIVE.add(self)
+
+    def _start(
+        self, settings: Settings, topic: str, partition: int, resume_offset: int | None
+    ) -> None:
+        """Find the start offset (recovery snapshot, group offset or reset) and assign."""
         tp = TopicPartition(topic, partition)
         low, high = self._consumer.get_watermark_offsets(tp, timeout=30)
         group = topics.committed(self._consumer, [tp])[0]
@@ -196,7 +212,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         if self._fence is not None and self._committed is not None:
             self._commit(self._committed, final=True)  # announce this owner (flows.fencing)
             self._fence.announced()
-        self._consumer.assign([TopicPartition(topic, partition, self._next)])
+        self._shared.assign(TopicPartition(topic, partition, self._next))
         logger.info(
             "source partition %s/%d starts at offset %d (%s); log end %d",
             topic, partition, self._next, origin, high,
@@ -208,7 +224,6 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._paused = False  # PUT /pause reached this partition (flows.control)
         self.last_error: tuple[float, str] | None = None
         """(wall-clock time, text) of the latest Kafka error on this partition."""
-        _LIVE.add(self)
 
     # -- Bytewax calls
 
@@ -246,9 +261,17 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             return []
         if control.paused is not self._paused:
             self._pause_or_resume()
-        msgs = self._consumer.consume(self._batch_size, 0)  # also serves commit callbacks
+        shared, key = self._shared, self._key
+        came = 0
+        if not shared.queued(key):
+            came = shared.fill(self._batch_size, 0)  # also serves commit callbacks
+        msgs = [] if self._paused else shared.take(key, self._batch_size)
         if not msgs:
-            self._skip_control_records()
+            if came:  # other partitions' records: look again at once
+                self._awake = None
+                return []
+            if not self._paused and not shared.queued(key):
+                self._skip_control_records()
             self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
         self._awake = None
@@ -294,7 +317,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     def close(self) -> None:
         """Leave without committing: only next_batch commits, after the epoch is durable."""
         _LIVE.discard(self)
-        self._consumer.close()
+        self._shared.leave(self._key)
 
     # -- helpers
 
@@ -302,15 +325,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         return shutdown.requested() or (self._stop_at_end and self._next >= self._end)
 
     def _pause_or_resume(self) -> None:
-        """Follow `flows.control`: a paused partition's fetcher stops and its prefetched
-        records are dropped (librdkafka resumes at the offset after the last record this
-        partition returned); `consume()` goes on serving the commit callbacks."""
+        """Follow `flows.control`: a paused partition's fetcher stops and it emits nothing
+        (records already queued wait); `consume()` goes on serving the commit callbacks."""
         want = control.paused  # read once: a resume may land between two reads
-        tp = [TopicPartition(self._topic, self._partition)]
-        if want:
-            self._consumer.pause(tp)
-        else:
-            self._consumer.resume(tp)
+        self._shared.hold(self._key, want)
         self._paused = want
 
     def view(self) -> PartitionView:
@@ -342,7 +360,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             # land after this one and move the group back: let those finish first.
             deadline = time.monotonic() + 60
             while self._inflight and time.monotonic() < deadline:
-                self._consumer.consume(1, 0.2)  # serves commit callbacks; records not emitted
+                self._shared.fill(self._batch_size, 0.2)  # serves commit callbacks
                 progress.beat()
 
             # The last commit before stopping must land, or a restart replays the tail.
@@ -357,7 +375,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                 self._fence.released = release
         else:
             self._inflight += 1
-            self._consumer.commit(offsets=[tp], asynchronous=True)
+            self._shared.commit(tp)
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """Kafka's answer to a commit (served inside consume() or the final commit)."""

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from flows import halt, shutdown
+from flows import consumers, halt, shutdown
 from flows.config import Settings
 from flows.errors import RecordFailedError
 from flows.process import Processor
@@ -40,6 +40,16 @@ class FakeConsumer:
             Message(topic=tps[0].topic, partition=0, offset=o, value=b"{}")
             for o in range(tps[0].offset, 3)
         ]
+
+    incremental_assign = assign
+
+    def incremental_unassign(self, tps: list[TopicPartition]) -> None:
+        self.messages = []
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        pass
+
+    resume = pause
 
     def consume(self, n: int, timeout: float) -> list[Message]:
         for answer in self.answers:
@@ -75,10 +85,17 @@ class FakeConsumer:
 SETTINGS = {"KAFKA_TOPICS": "t"}
 
 
+def own_consumer(monkeypatch: pytest.MonkeyPatch, fake: type[FakeConsumer]) -> None:
+    """Each partition built gets its own `fake` consumer, as if each were alone in its
+    worker (the sharing itself: tests/unit/test_consumers.py)."""
+    monkeypatch.setattr(consumers, "Consumer", fake)
+    monkeypatch.setattr(consumers, "shared", consumers.WorkerConsumer)
+
+
 @pytest.fixture
 def make(monkeypatch: pytest.MonkeyPatch) -> Any:
     """`make(resume_offset, **env)`: a source partition of t/0 on a FakeConsumer."""
-    monkeypatch.setattr("flows.source.Consumer", FakeConsumer)
+    own_consumer(monkeypatch, FakeConsumer)
     monkeypatch.setattr(halt, "HELD", {})
     monkeypatch.setattr(halt, "EXAMINED", {})
     monkeypatch.setattr(shutdown, "_requested", type(shutdown._requested)())
