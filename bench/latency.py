@@ -33,6 +33,7 @@ from bench.procs import Proc
 from bench.report import Row
 from bench.services import POLL_S, Services, new_producer
 from bench.systems import Ctx, child_env, launch, log, stop_all
+from bench.throughput import server_cpu
 from devkit.stats import percentile
 
 __all__ = ["PacedProducer", "percentile", "run_all", "run_latency"]
@@ -203,6 +204,7 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
         hard_deadline = deadline + 300
         window = (t0 + warm, t0 + warm + measure)
         cpu_marks: list[float] = []
+        server_marks: list[dict[str, float | None]] = []  # the brokers', at the same times
         while unseen and time.time() < min(deadline, hard_deadline):
             tick = time.monotonic()
             before = len(unseen)
@@ -231,6 +233,7 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
                         by_seq.append((seq, latencies[-1]))
             if len(cpu_marks) < 2 and time.time() >= window[len(cpu_marks)]:
                 cpu_marks.append(live_cpu(procs))
+                server_marks.append(server_cpu(ctx))
             if len(unseen) < before:
                 deadline = max(deadline, time.time() + 10)
             if producer is not None and producer.error:
@@ -265,6 +268,10 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
         row.extra["saturated"] = m2 > 2 * m1 and m2 - m1 > 1000
         if len(cpu_marks) == 2:
             row.extra["live_cpu_us"] = (cpu_marks[1] - cpu_marks[0]) / (measure * rate) * 1e6
+            for name in ("kafka", "es"):
+                b, a = (m.get(name) for m in server_marks)
+                if a is not None and b is not None:
+                    row.extra[f"live_{name}_us"] = (a - b) / (measure * rate) * 1e6
         # Lull: once the input stops, how long until the last record is indexed?
         if producer is not None:
             producer.done.wait(120)

@@ -51,6 +51,9 @@ DETAIL_KEYS = (
     "ix_p99_ms",
     "ix_unmapped",
     "refresh_p99_ms",
+    "live_cpu_us",
+    "live_kafka_us",
+    "live_es_us",
     "cpu_vs_flow_1w",
     "ceiling_runs",
 )
@@ -145,7 +148,7 @@ def print_table(rows: list[Row], rates: dict[str, float | None]) -> None:
         f"{'system':<8} {'variant':<{vw}} {'docs/s':>9} {'ratio':>6} {'cpu_s/M':>8} "
         f"{'rss_mb':>7} {'threads':>7} {'p50_ms':>7} {'p99_ms':>7} {'ix_p50':>6} "
         f"{'ix_p99':>6} {'ref_p99':>7} {'wall_s':>7} "
-        f"{'first_s':>7} {'search_s':>8} {'live_us':>7} {'lull_s':>6} {'es_us':>6} "
+        f"{'first_s':>7} {'search_s':>8} {'live_us':>7} {'lkafka':>6} {'lull_s':>6} {'es_us':>6} "
         f"{'kafka_us':>8} {'total_us':>8} {'bound/s':>9} {'bound_r':>7}"
     )
     print(head)
@@ -164,7 +167,8 @@ def print_table(rows: list[Row], rates: dict[str, float | None]) -> None:
             f"{f(x('ix_p50_ms'), ',.0f'):>6} {f(x('ix_p99_ms'), ',.0f'):>6} "
             f"{f(x('refresh_p99_ms'), ',.0f'):>7} {f(r.wall_s, '.1f'):>7} "
             f"{f(r.first_doc_s, '.1f'):>7} {f(x('searchable_s'), '.1f'):>8} "
-            f"{f(x('live_cpu_us'), '.1f'):>7} {f(x('flush_s'), '.1f'):>6} "
+            f"{f(x('live_cpu_us'), '.1f'):>7} {f(x('live_kafka_us'), '.1f'):>6} "
+            f"{f(x('flush_s'), '.1f'):>6} "
             f"{f(x('es_cpu_us'), '.1f'):>6} {f(x('kafka_cpu_us'), '.1f'):>8} "
             f"{f(x('total_cpu_us'), '.1f'):>8} {f(x('bound_docs_per_s'), ',.0f'):>9} "
             f"{f(x('bound_ratio'), '.2f'):>7}"
