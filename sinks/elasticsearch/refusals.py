@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, wait
 from typing import Protocol
 
+from sinks import progress
 from sinks.dead_letter.policy import ErrorPolicy
 from sinks.errors import RecordFailedError
 from sinks.model import DeadLetter
@@ -27,6 +28,10 @@ logger = logging.getLogger(__name__)
 REFUSAL_WAIT_S = 5.0
 """How long a stop on a refused record waits for busy sink partitions to send their buffers,
 and then as long again for the process's bulks in flight."""
+
+
+BEAT_S = 1.0
+"""The waits are taken in steps this long, each one a sign of life (`sinks.progress`)."""
 
 
 class Peer(Protocol):
@@ -51,12 +56,16 @@ def stop_on(key: tuple[str, int], peers: Sequence[Peer], bulks: Bulks) -> Record
     an earlier record of `key` (review F13)."""
     now = time.monotonic()
     busy = [p for p in peers if not p.send_before_stop(now)]
-    deadline = time.monotonic() + REFUSAL_WAIT_S
-    for peer in busy:
-        peer.send_before_stop(deadline)
+    deadline = now + REFUSAL_WAIT_S
+    while busy and left(deadline):  # in steps, beating: the worker waits on purpose
+        progress.beat()
+        step = min(deadline, time.monotonic() + BEAT_S)
+        busy = [p for p in busy if not p.send_before_stop(step)]
     others = bulks.in_flight()
-    if others:
-        wait(others, timeout=REFUSAL_WAIT_S)
+    deadline = time.monotonic() + REFUSAL_WAIT_S
+    while others and left(deadline):
+        progress.beat()
+        others = list(wait(others, timeout=min(BEAT_S, left(deadline))).not_done)
     error = earliest(key)
     logger.error("%s", error)
     return error

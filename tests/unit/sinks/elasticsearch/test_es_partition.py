@@ -25,6 +25,7 @@ from prometheus_client import REGISTRY
 from flows import sink_config
 from flows.config import Settings
 from sinks import failing
+from sinks.elasticsearch import refusals
 from sinks.elasticsearch.actions import ActionBuilder
 from sinks.elasticsearch.partition import EsSinkPartition, clear_refusals
 from sinks.errors import (
@@ -1219,11 +1220,41 @@ def test_tolerance_none_waits_for_other_bulks_only_a_bounded_time(monkeypatch) -
         b._dispatch()
     assert stuck.entered.acquire(timeout=10)
     a.write_batch([make_actions(s, "a", first_offset=7)])
+    started = time.monotonic()
     try:
         with pytest.raises(RecordFailedError, match="orders/1@7"):
             a.snapshot()
     finally:
         stuck.gate.set()
+    assert time.monotonic() - started < 2.0  # 0.2 s for the busy peer, 0.2 for its bulk
+
+
+def test_tolerance_none_stop_beats_while_it_waits(monkeypatch) -> None:
+    """The stop waits up to twice REFUSAL_WAIT_S for peers and bulks: in steps, each a
+    sign of life, so that /health/live does not call the stopping worker wedged."""
+    beats: list[float] = []
+    monkeypatch.setattr("sinks.progress.beat", lambda: beats.append(time.monotonic()))
+    monkeypatch.setattr("sinks.elasticsearch.refusals.BEAT_S", 0.1)
+    error = RecordFailedError("orders/1@3", "index", "refused")
+    monkeypatch.setattr(refusals, "_REFUSED", {("orders", 1): (3, error)})
+    free_at = time.monotonic() + 0.5
+
+    class Busy:
+        def send_before_stop(self, deadline: float) -> bool:
+            time.sleep(max(0.0, min(deadline, free_at) - time.monotonic()))
+            return time.monotonic() >= free_at
+
+    bulk: futures.Future[None] = futures.Future()
+    threading.Timer(1.0, bulk.set_result, args=(None,)).start()
+
+    class Bulks:
+        def in_flight(self) -> list[futures.Future[None]]:
+            return [bulk]
+
+    started = time.monotonic()
+    assert refusals.stop_on(("orders", 1), [Busy()], Bulks()) is error
+    assert 0.9 < time.monotonic() - started < 2.0
+    assert len(beats) >= 8  # every 0.1 s over the ~1 s of waiting
 
 
 # ----------------------------------------- the process budget has no cliff (weakness 8)
