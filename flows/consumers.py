@@ -4,12 +4,15 @@ A consumer per Kafka partition costs each partition its own fetch requests (in l
 every one of them fetches as soon as a record arrives: ~60 µs of broker CPU per record
 with 8 partitions), about four threads and its own prefetch budget (120 partitions: 489
 threads, 574 MB). Bytewax calls every source partition of a worker from that worker's
-thread, so one consumer per thread can serve them all: a partition whose queue is empty
-consumes once for everybody, and each record goes to the queue of the partition it
-belongs to. A queue that grows past `HIGH_WATER` batches (its partition is held, paused,
-fenced or stopping, or slower than its share of the fetches) pauses that partition's
-fetching until it is drained again, so memory stays bounded by librdkafka's prefetch
-budget plus a few batches per partition.
+thread, so one consumer per thread can serve them all: a partition reading consumes for
+everybody, and each record goes to the queue of the partition it belongs to.
+
+Memory stays bounded without pausing a partition that merely reads slower than the
+others (a pause drops what librdkafka prefetched for it, which would then be fetched
+again): the worker consumes only while its partitions that read hold fewer than
+`READY_BATCHES` batches, so at most one more batch comes. A partition that emits nothing
+for a while (paused, stopping, held or waiting to own it) is paused (`hold`): nothing
+more comes for it, and what it queued waits outside that count.
 
 Records reach a queue in offset order and leave it in that order; pausing and resuming
 lose nothing, because librdkafka resumes fetching after the last record `consume()`
@@ -30,14 +33,14 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HIGH_WATER", "WorkerConsumer", "shared"]
+__all__ = ["READY_BATCHES", "WorkerConsumer", "shared"]
 
 Key = tuple[str, int]
 CommitHandler = Callable[[KafkaError | None, list[TopicPartition]], None]
 
-HIGH_WATER = 4
-"""A queue holding this many batches pauses its partition's fetching until it holds less
-than one batch."""
+READY_BATCHES = 2
+"""The worker consumes while its partitions that read hold fewer records than this many
+batches."""
 
 _THREAD = threading.local()
 
@@ -71,31 +74,34 @@ class WorkerConsumer:
         self._queues: dict[Key, deque[Message]] = {}
         self._handlers: dict[Key, weakref.WeakMethod[CommitHandler]] = {}
         self._assigned: set[Key] = set()
-        self._full: set[Key] = set()  # paused here because the queue is long
-        self._held: set[Key] = set()  # paused by the partition's owner (flows.control)
+        self._held: set[Key] = set()  # paused by its partition (`hold`)
+        self._ready = 0  # records queued for partitions not held
+        self._batch = 1
         self._commits: deque[Key] = deque()  # asynchronous commits, oldest first
-        self._batch: dict[Key, int] = {}
-        self._topics: set[str] = set()
 
     # -- membership
 
     def join(self, key: Key, batch_size: int, on_commit: CommitHandler) -> None:
-        """Register a partition (not assigned yet: `assign` starts its fetching)."""
+        """Register a partition (not assigned yet: `assign` starts its fetching);
+        `on_commit`, a bound method, is held weakly and identifies the owner."""
         if key in self._queues:  # an owner that never closed (its worker failed)
             logger.warning("source %s/%d: taking over from a partition never closed", *key)
             self._forget(key)
         self._queues[key] = deque()
-        self._topics = {t for t, _ in self._queues}
         self._handlers[key] = weakref.WeakMethod(on_commit)
-        self._batch[key] = batch_size
+        self._batch = max(self._batch, batch_size)
 
     def assign(self, tp: TopicPartition) -> None:
         """Start fetching `tp` at its offset."""
         self.consumer.incremental_assign([tp])
         self._assigned.add((tp.topic, tp.partition))
 
-    def leave(self, key: Key) -> None:
-        """Stop fetching a partition and forget its queue; the last to leave closes."""
+    def leave(self, key: Key, on_commit: CommitHandler) -> None:
+        """Stop fetching the partition `on_commit`'s owner joined with and forget its queue
+        (not if another owner took it over); the last to leave closes the consumer."""
+        ref = self._handlers.get(key)
+        if ref is not None and ref() not in (None, on_commit):
+            return
         self._forget(key)
         if not self._queues and not self.closed:
             self.closed = True
@@ -105,43 +111,40 @@ class WorkerConsumer:
         if key in self._assigned:
             self._assigned.discard(key)
             self.consumer.incremental_unassign([TopicPartition(*key)])
-        for registry in (self._queues, self._handlers, self._batch):
-            registry.pop(key, None)
-        self._full.discard(key)
+        queue = self._queues.pop(key, None)
+        if queue is not None and key not in self._held:
+            self._ready -= len(queue)
+        self._handlers.pop(key, None)
         self._held.discard(key)
-        self._topics = {t for t, _ in self._queues}
 
     # -- records
 
+    def hungry(self) -> bool:
+        """Whether the partitions that read hold fewer than READY_BATCHES batches, so
+        that consuming more is worth it."""
+        return self._ready < READY_BATCHES * self._batch
+
     def fill(self, n: int, timeout: float) -> int:
-        """Consume up to `n` records (serving commit callbacks too) into their partitions'
+        """Consume up to `n` records (serving commit answers too) into their partitions'
         queues; returns how many came."""
         msgs = self.consumer.consume(n, timeout)
         if not msgs:
             return 0
         queues = self._queues
-        many_topics = len(self._topics) > 1
         partition: int | None = -2
         topic: str | None = None
         queue: deque[Message] | None = None
-        touched: list[tuple[Key, deque[Message]]] = []
         for m in msgs:  # in runs of one partition: look a queue up once per run
-            p = m.partition()
-            if p != partition or (many_topics and m.topic() != topic):
-                partition, topic = p, m.topic()
-                key = cast(Key, (topic, partition))
-                queue = queues.get(key)
-                if queue is not None:
-                    touched.append((key, queue))
+            p, t = m.partition(), m.topic()
+            if p != partition or t != topic:
+                partition, topic = p, t
+                queue = queues.get(cast(Key, (t, p)))
             if queue is not None:
                 queue.append(m)
             elif m.error() is not None:
                 self._broadcast(m)
             # else: a record of a partition that left; it is no longer assigned
-        for k, queue in touched:
-            if k not in self._full and len(queue) >= HIGH_WATER * self._batch[k]:
-                self._full.add(k)
-                self._set_paused(k)
+        self._ready = sum(len(q) for k, q in queues.items() if k not in self._held)
         return len(msgs)
 
     def take(self, key: Key, n: int) -> list[Message]:
@@ -154,30 +157,31 @@ class WorkerConsumer:
             queue.clear()
         else:
             out = [queue.popleft() for _ in range(n)]
-        if key in self._full and len(queue) < self._batch[key]:
-            self._full.discard(key)
-            self._set_paused(key)
+        if key not in self._held:
+            self._ready -= len(out)
         return out
 
     def queued(self, key: Key) -> int:
         return len(self._queues[key])
 
     def hold(self, key: Key, paused: bool) -> None:
-        """The owner's pause (flows.control): fetching stops, the queue is kept."""
+        """Stop (or restart) fetching a partition that emits nothing for a while; its
+        queue is kept, outside the count that `hungry` reads."""
+        if paused is (key in self._held) or key not in self._queues:
+            return
+        queued = len(self._queues[key])
         if paused:
             self._held.add(key)
+            self._ready -= queued
         else:
             self._held.discard(key)
-        self._set_paused(key)
-
-    def _set_paused(self, key: Key) -> None:
-        if key not in self._assigned:
-            return
-        tp = [TopicPartition(*key)]
-        if key in self._held or key in self._full:
-            self.consumer.pause(tp)
-        else:
-            self.consumer.resume(tp)
+            self._ready += queued
+        if key in self._assigned:
+            tp = [TopicPartition(*key)]
+            if paused:
+                self.consumer.pause(tp)
+            else:
+                self.consumer.resume(tp)
 
     def _broadcast(self, m: Message) -> None:
         """An error of no partition this worker reads: a topic's (partition -1) or the

@@ -151,7 +151,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         try:
             self._start(settings, topic, partition, resume_offset)
         except BaseException:
-            self._shared.leave(self._key)
+            self._shared.leave(self._key, self._on_commit)
             raise
         _LIVE.add(self)
 
@@ -222,6 +222,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._emitted = self._next
         halt.start(topic, partition, self._next)
         self._paused = False  # PUT /pause reached this partition (flows.control)
+        self._stalled = False  # not fetched (`_stall`)
         self.last_error: tuple[float, str] | None = None
         """(wall-clock time, text) of the latest Kafka error on this partition."""
 
@@ -236,6 +237,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             # Unknown while stopping: the final commit (retried, bounded) decides, so that a
             # broker away does not hold SIGTERM until SHUTDOWN_TIMEOUT_S.
             if verdict is fencing.Verdict.UNKNOWN and not self._finishing():
+                self._stall(True)
                 self._awake = datetime.now(UTC) + _FENCE_RETRY
                 return []
             if verdict is fencing.Verdict.TAKEN_BACK and self._pending is None:
@@ -244,12 +246,14 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         if held is not None:  # ERRORS_TOLERANCE=none: see flows.halt
             if self._held_snapshotted:
                 raise held[1]
+            self._stall(True)
             self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
         if self._pending is not None:
             final = self._finishing()
             self._commit(self._pending, final, release=final and self._pending == self._next)
         if self._finishing():
+            self._stall(True)
             if self._committed == self._next:
                 if self._fence is not None and self._committed is not None:
                     self._fence.release(self._consumer, self._committed, self._commit_metadata)
@@ -257,22 +261,20 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
         if self._fence is not None and self._fence.waiting():
+            self._stall(True)
             self._awake = datetime.now(UTC) + _FENCE_RETRY
             return []
-        if control.paused is not self._paused:
-            self._pause_or_resume()
+        self._paused = control.paused  # PUT /pause (flows.control); read once
+        self._stall(self._paused)
         shared, key = self._shared, self._key
-        came = 0
-        if not shared.queued(key):
-            came = shared.fill(self._batch_size, 0)  # also serves commit callbacks
+        hungry = shared.hungry()
+        came = shared.fill(self._batch_size, 0) if hungry else 0  # serves commit answers too
         msgs = [] if self._paused else shared.take(key, self._batch_size)
         if not msgs:
-            if came:  # other partitions' records: look again at once
-                self._awake = None
-                return []
             if not self._paused and not shared.queued(key):
                 self._skip_control_records()
-            self._awake = datetime.now(UTC) + _IDLE_WAKE
+            # Idle: sleep. Records came for the others, or they hold enough: look again soon.
+            self._awake = None if came or not hungry else datetime.now(UTC) + _IDLE_WAKE
             return []
         self._awake = None
         good = msgs
@@ -317,19 +319,20 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     def close(self) -> None:
         """Leave without committing: only next_batch commits, after the epoch is durable."""
         _LIVE.discard(self)
-        self._shared.leave(self._key)
+        self._shared.leave(self._key, self._on_commit)
 
     # -- helpers
 
     def _finishing(self) -> bool:
         return shutdown.requested() or (self._stop_at_end and self._next >= self._end)
 
-    def _pause_or_resume(self) -> None:
-        """Follow `flows.control`: a paused partition's fetcher stops and it emits nothing
-        (records already queued wait); `consume()` goes on serving the commit callbacks."""
-        want = control.paused  # read once: a resume may land between two reads
-        self._shared.hold(self._key, want)
-        self._paused = want
+    def _stall(self, want: bool) -> None:
+        """Stop (or restart) fetching this partition while it emits nothing: paused
+        (`flows.control`), stopping, held (`flows.halt`) or waiting to own it (fencing).
+        What is queued waits; the other partitions' fetching goes on."""
+        if want is not self._stalled:
+            self._shared.hold(self._key, want)
+            self._stalled = want
 
     def view(self) -> PartitionView:
         """What the status API shows of this partition (plain reads, from another thread)."""
@@ -360,7 +363,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             # land after this one and move the group back: let those finish first.
             deadline = time.monotonic() + 60
             while self._inflight and time.monotonic() < deadline:
-                self._shared.fill(self._batch_size, 0.2)  # serves commit callbacks
+                self._shared.fill(1, 0.2)  # serves commit answers; records are queued
                 progress.beat()
 
             # The last commit before stopping must land, or a restart replays the tail.

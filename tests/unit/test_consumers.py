@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from flows import consumers, halt, shutdown
+from flows import consumers, control, halt, shutdown
 from flows.config import Settings
-from flows.consumers import HIGH_WATER, WorkerConsumer
+from flows.consumers import READY_BATCHES, WorkerConsumer
+from flows.errors import RecordFailedError
 from flows.source import KafkaSourcePartition
 
 
@@ -25,6 +26,7 @@ class ScriptedConsumer:
         self.paused: set[tuple[str, int]] = set()
         self.assigned: dict[tuple[str, int], int] = {}
         self.calls: list[str] = []
+        self.positions: dict[tuple[str, int], int] = {}
         self.closed = False
 
     def consume(self, n: int, timeout: float) -> list[Message]:
@@ -55,7 +57,10 @@ class ScriptedConsumer:
         return [TopicPartition(tp.topic, tp.partition, -1001) for tp in tps]
 
     def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
-        return [TopicPartition(tp.topic, tp.partition, -1001) for tp in tps]
+        at = self.positions
+        return [
+            TopicPartition(t.topic, t.partition, at.get((t.topic, t.partition), -1)) for t in tps
+        ]
 
     def close(self) -> None:
         self.closed = True
@@ -112,26 +117,29 @@ def test_partitions_of_the_same_number_in_two_topics_stay_apart(worker):
     assert [m.offset() for m in worker.take(("u", 0), 10)] == [5, 6]
 
 
-def test_a_long_queue_pauses_its_partition_until_drained(worker):
+def test_the_worker_consumes_only_while_its_reading_partitions_hold_little(worker):
+    """A slow partition is never paused (that would drop and re-fetch its prefetch):
+    consuming stops instead, until the partitions that read have taken their records."""
     join(worker, 0, batch=2), join(worker, 1, batch=2)
-    fake(worker).batches = [records(0, range(HIGH_WATER * 2)) + records(1, range(1))]
+    fake(worker).batches = [records(0, range(READY_BATCHES * 2)), records(1, range(1))]
+    assert worker.hungry()
     worker.fill(100, 0)
-    assert fake(worker).paused == {("t", 0)}  # partition 1 is not held back
-    worker.take(("t", 0), 2 * HIGH_WATER - 2)
-    assert fake(worker).paused == {("t", 0)}  # still a batch queued
-    worker.take(("t", 0), 1)
+    assert not worker.hungry()
     assert fake(worker).paused == set()
+    worker.take(("t", 0), 2)
+    assert worker.hungry()
 
 
-def test_the_owners_pause_outlasts_a_drained_queue(worker):
-    join(worker, 0, batch=2)
-    fake(worker).batches = [records(0, range(HIGH_WATER * 2))]
+def test_a_held_partition_is_not_fetched_and_its_queue_does_not_stop_the_others(worker):
+    join(worker, 0, batch=2), join(worker, 1, batch=2)
+    fake(worker).batches = [records(0, range(READY_BATCHES * 2))]
     worker.fill(100, 0)
-    worker.hold(("t", 0), True)
-    worker.take(("t", 0), 100)
+    worker.hold(("t", 0), True)  # e.g. waiting to own it, or stopping
     assert fake(worker).paused == {("t", 0)}
+    assert worker.hungry()  # its records wait outside the count
     worker.hold(("t", 0), False)
-    assert fake(worker).paused == set()
+    assert fake(worker).paused == set() and not worker.hungry()
+    assert [m.offset() for m in worker.take(("t", 0), 100)] == list(range(READY_BATCHES * 2))
 
 
 def test_commit_answers_reach_the_partition_they_name(worker):
@@ -158,12 +166,21 @@ def test_an_error_of_no_partition_reaches_every_partition_of_its_topic(worker):
 
 
 def test_the_last_partition_to_leave_closes_the_consumer(worker):
-    join(worker, 0), join(worker, 1)
-    worker.leave(("t", 0))
+    a0, a1 = join(worker, 0), join(worker, 1)
+    worker.leave(("t", 0), a0.record)
     assert fake(worker).assigned == {("t", 1): 0}
     assert not fake(worker).closed
-    worker.leave(("t", 1))
+    worker.leave(("t", 1), a1.record)
     assert fake(worker).closed and worker.closed
+
+
+def test_an_owner_taken_over_does_not_unregister_the_new_one(worker):
+    old = join(worker, 0)
+    new = join(worker, 0)  # the old one never closed (its worker failed)
+    worker.leave(("t", 0), old.record)
+    assert fake(worker).assigned == {("t", 0): 0} and not worker.closed
+    worker.leave(("t", 0), new.record)
+    assert worker.closed
 
 
 def test_a_worker_thread_has_one_consumer_per_configuration(monkeypatch):
@@ -178,20 +195,26 @@ def test_a_worker_thread_has_one_consumer_per_configuration(monkeypatch):
     thread.start()
     thread.join()
     assert other[0] is not one
-    one.leave(("t", 0))
+    one.leave(("t", 0), answers.record)
     assert consumers.shared({"group.id": "g"}) is not one  # closed: a new one
 
 
-def test_source_partitions_of_one_worker_share_a_consumer_and_read_only_their_own(
-    monkeypatch,
-):
+@pytest.fixture
+def two(monkeypatch: pytest.MonkeyPatch) -> tuple[KafkaSourcePartition, KafkaSourcePartition]:
+    """Source partitions t/0 and t/1 of one worker, on one ScriptedConsumer."""
     monkeypatch.setattr(consumers, "Consumer", ScriptedConsumer)
     monkeypatch.setattr(halt, "HELD", {})
     monkeypatch.setattr(halt, "EXAMINED", {})
     monkeypatch.setattr(shutdown, "_requested", type(shutdown._requested)())
     settings = Settings.load({"KAFKA_TOPICS": "t"})
-    p0 = KafkaSourcePartition(settings, "t", 0, None)
-    p1 = KafkaSourcePartition(settings, "t", 1, None)
+    return (
+        KafkaSourcePartition(settings, "t", 0, None),
+        KafkaSourcePartition(settings, "t", 1, None),
+    )
+
+
+def test_source_partitions_of_one_worker_share_a_consumer_and_read_only_their_own(two):
+    p0, p1 = two
     assert p0._consumer is p1._consumer
     scripted: ScriptedConsumer = p0._consumer  # type: ignore[assignment]
     assert scripted.assigned == {("t", 0): 0, ("t", 1): 0}
@@ -199,10 +222,46 @@ def test_source_partitions_of_one_worker_share_a_consumer_and_read_only_their_ow
     got0 = p0.next_batch()
     assert [(m.partition(), m.offset()) for m in got0] == [(0, 0), (0, 1)]
     assert scripted.calls == ["consume"]
-    got1 = p1.next_batch()  # already queued: no second consume
+    got1 = p1.next_batch()  # what p0's consume queued for it
     assert [(m.partition(), m.offset()) for m in got1] == [(1, 0), (1, 1), (1, 2)]
-    assert scripted.calls == ["consume"]
     p0.close()
     assert not scripted.closed
     p1.close()
     assert scripted.closed
+
+
+def test_an_idle_partition_passes_transaction_markers_while_the_others_read(two):
+    """Its queue is empty, so the consumer's position is all it was given: the markers
+    past it are skipped even though each consume brings the other partition's records."""
+    p0, _ = two
+    scripted: ScriptedConsumer = p0._consumer  # type: ignore[assignment]
+    scripted.positions[("t", 0)] = 5  # offsets 0..4: an aborted transaction and markers
+    scripted.batches = [records(1, range(3))]
+    assert p0.next_batch() == []
+    assert p0.view().position == 5
+
+
+def test_a_paused_partition_goes_on_serving_commit_answers(two, monkeypatch):
+    p0, _ = two
+    scripted: ScriptedConsumer = p0._consumer  # type: ignore[assignment]
+    scripted.batches = [records(0, range(3))]
+    monkeypatch.setattr(control, "paused", True)
+    assert p0.next_batch() == []
+    assert scripted.paused == {("t", 0)}
+    assert p0._shared.queued(("t", 0)) == 3  # kept for the resume
+    calls = scripted.calls.count("consume")
+    assert p0.next_batch() == []
+    assert scripted.calls.count("consume") == calls + 1  # commit answers come this way
+    monkeypatch.setattr(control, "paused", False)
+    assert [m.offset() for m in p0.next_batch()] == [0, 1, 2]
+    assert scripted.paused == set()
+
+
+def test_a_held_partition_stops_being_fetched_and_the_others_go_on(two):
+    p0, p1 = two
+    scripted: ScriptedConsumer = p0._consumer  # type: ignore[assignment]
+    halt.hold("t", 0, 0, RecordFailedError("t/0@0", "deserialize", "bad"))
+    assert p0.next_batch() == []
+    assert scripted.paused == {("t", 0)}
+    scripted.batches = [records(1, range(2))]
+    assert [m.offset() for m in p1.next_batch()] == [0, 1]
