@@ -131,12 +131,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         # One consumer per worker serves all of its partitions (flows.consumers).
         self._shared = consumers.shared(
             settings.librdkafka(
-                # librdkafka prefetches up to 64 MB and 100,000 records per partition by
-                # default: bound that to keep memory flat (the kilobytes are per consumer).
-                defaults={
-                    "queued.max.messages.kbytes": 16384,
-                    "queued.min.messages": max(5 * settings.consume_batch_size, 1000),
-                },
+                # librdkafka prefetches up to 64 MB per consumer by default: bound that to
+                # keep memory flat. Its 100,000 records per partition stay: fewer (5,000)
+                # made one consumer fetch 300,000 records in 9.3 s instead of 2.2.
+                defaults={"queued.max.messages.kbytes": 16384},
                 **{
                     "group.id": settings.group_id,
                     "enable.auto.commit": "false",
