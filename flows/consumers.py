@@ -94,7 +94,10 @@ class WorkerConsumer:
     def assign(self, tp: TopicPartition) -> None:
         """Start fetching `tp` at its offset."""
         self.consumer.incremental_assign([tp])
-        self._assigned.add((tp.topic, tp.partition))
+        key = (tp.topic, tp.partition)
+        self._assigned.add(key)
+        if key in self._held:
+            self.consumer.pause([TopicPartition(*key)])
 
     def leave(self, key: Key, on_commit: CommitHandler) -> None:
         """Stop fetching the partition `on_commit`'s owner joined with and forget its queue

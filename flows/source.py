@@ -133,8 +133,14 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             settings.librdkafka(
                 # librdkafka prefetches up to 64 MB per consumer by default: bound that to
                 # keep memory flat. Its 100,000 records per partition stay: fewer (5,000)
-                # made one consumer fetch 300,000 records in 9.3 s instead of 2.2.
-                defaults={"queued.max.messages.kbytes": 16384},
+                # made one consumer fetch 300,000 records in 9.3 s instead of 2.2. A fetch
+                # waits for 64 KiB or 50 ms: at 7,400 records/s the broker answered one per
+                # few records otherwise (docs/benchmarks.md: 10 us less broker CPU per record).
+                defaults={
+                    "queued.max.messages.kbytes": 16384,
+                    "fetch.min.bytes": 65536,
+                    "fetch.wait.max.ms": 50,
+                },
                 **{
                     "group.id": settings.group_id,
                     "enable.auto.commit": "false",
@@ -210,7 +216,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         if self._fence is not None and self._committed is not None:
             self._commit(self._committed, final=True)  # announce this owner (flows.fencing)
             self._fence.announced()
-        self._shared.assign(TopicPartition(topic, partition, self._next))
+        # Assigned at the first read, once the worker built all its partitions: the
+        # look-ups above would otherwise queue behind the fetches of those built before
+        # (120 partitions: 10.5 s to the first document instead of 2).
+        self._assigned = False
         logger.info(
             "source partition %s/%d starts at offset %d (%s); log end %d",
             topic, partition, self._next, origin, high,
@@ -230,6 +239,9 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     @progress.tracked
     def next_batch(self) -> list[Message]:
         """Commit what the previous epoch made durable, then read what is ready (never blocks)."""
+        if not self._assigned:
+            self._shared.assign(TopicPartition(self._topic, self._partition, self._next))
+            self._assigned = True
         if self._fence is not None and self._fence.due():  # once per epoch: flows.fencing
             verdict = self._fence.check(self._consumer)  # a newer owner: the process ends
             # Unknown while stopping: the final commit (retried, bounded) decides, so that a

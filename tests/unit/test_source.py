@@ -28,6 +28,7 @@ class FakeConsumer:
         self.broker_committed: int | None = None
         self.answers: list[tuple[KafkaError | None, list[TopicPartition]]] = []
         self.position_offset = -1001
+        self.assign([TopicPartition("t", 0, 0)])
 
     def get_watermark_offsets(self, tp: TopicPartition, **_: Any) -> tuple[int, int]:
         return 0, self.end
@@ -36,12 +37,15 @@ class FakeConsumer:
         return [TopicPartition(tps[0].topic, tps[0].partition, self.group_offset)]
 
     def assign(self, tps: list[TopicPartition]) -> None:
+        """(Tests) the log again, from the offset of `tps[0]`."""
         self.messages = [
             Message(topic=tps[0].topic, partition=0, offset=o, value=b"{}")
             for o in range(tps[0].offset, 3)
         ]
 
-    incremental_assign = assign
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        """(The source, at its first read) what a test left of the log, from the offset."""
+        self.messages = [m for m in self.messages if m.offset() >= tps[0].offset]
 
     def incremental_unassign(self, tps: list[TopicPartition]) -> None:
         self.messages = []
