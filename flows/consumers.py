@@ -26,7 +26,7 @@ import logging
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -77,7 +77,6 @@ class WorkerConsumer:
         self._held: set[Key] = set()  # paused by its partition (`hold`)
         self._ready = 0  # records queued for partitions not held
         self._batch = 1
-        self._commits: deque[Key] = deque()  # asynchronous commits, oldest first
 
     # -- membership
 
@@ -94,10 +93,7 @@ class WorkerConsumer:
     def assign(self, tp: TopicPartition) -> None:
         """Start fetching `tp` at its offset."""
         self.consumer.incremental_assign([tp])
-        key = (tp.topic, tp.partition)
-        self._assigned.add(key)
-        if key in self._held:
-            self.consumer.pause([TopicPartition(*key)])
+        self._assigned.add((tp.topic, tp.partition))
 
     def leave(self, key: Key, on_commit: CommitHandler) -> None:
         """Stop fetching the partition `on_commit`'s owner joined with and forget its queue
@@ -200,18 +196,27 @@ class WorkerConsumer:
 
     def commit(self, tp: TopicPartition) -> None:
         """Commit asynchronously; the answer goes to the partition's handler."""
-        self._commits.append((tp.topic, tp.partition))
         self.consumer.commit(offsets=[tp], asynchronous=True)
 
+    @contextlib.contextmanager
+    def answers_only(self) -> Iterator[None]:
+        """While the worker waits in one partition for commit answers, nobody takes
+        records: fetching pauses meanwhile, so that `fill` serves answers only."""
+        tps = [TopicPartition(*k) for k in self._assigned if k not in self._held]
+        if tps:
+            self.consumer.pause(tps)
+        try:
+            yield
+        finally:
+            if tps and not self.closed:
+                self.consumer.resume(tps)
+
     def _answer(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        """Route Kafka's answer to a commit to the partition(s) it concerns; an error that
-        names no partition answers the oldest commit not answered yet."""
-        keys = [(tp.topic, tp.partition) for tp in partitions]
-        if not keys and self._commits:
-            keys = [self._commits[0]]
-        for key in keys:
-            with contextlib.suppress(ValueError):  # not there: a synchronous commit's
-                self._commits.remove(key)
+        """Route Kafka's answer to a commit to the partition(s) it names (librdkafka
+        names the committed partitions, with or without an error)."""
+        if not partitions:
+            logger.warning("an offset commit answer named no partition: %s", err)
+        for key in {(tp.topic, tp.partition) for tp in partitions}:
             ref = self._handlers.get(key)
             handler = ref() if ref is not None else None
             if handler is not None:

@@ -132,10 +132,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._shared = consumers.shared(
             settings.librdkafka(
                 # librdkafka prefetches up to 64 MB per consumer by default: bound that to
-                # keep memory flat. Its 100,000 records per partition stay: fewer (5,000)
-                # made one consumer fetch 300,000 records in 9.3 s instead of 2.2. A fetch
-                # waits for 64 KiB or 50 ms: at 7,400 records/s the broker answered one per
-                # few records otherwise (docs/benchmarks.md: 10 us less broker CPU per record).
+                # keep memory flat. Its queued.min.messages (100,000) stays: 5,000 made one
+                # consumer fetch 300,000 records in 9.3 s instead of 2.2. A fetch waits for
+                # 64 KiB or 50 ms: at 7,400 records/s the broker otherwise answered every
+                # few records (docs/benchmarks.md, "One consumer per worker").
                 defaults={
                     "queued.max.messages.kbytes": 16384,
                     "fetch.min.bytes": 65536,
@@ -162,7 +162,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     def _start(
         self, settings: Settings, topic: str, partition: int, resume_offset: int | None
     ) -> None:
-        """Find the start offset (recovery snapshot, group offset or reset) and assign."""
+        """Find the start offset (recovery snapshot, group offset or reset)."""
         tp = TopicPartition(topic, partition)
         low, high = self._consumer.get_watermark_offsets(tp, timeout=30)
         group = topics.committed(self._consumer, [tp])[0]
@@ -277,14 +277,15 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._paused = control.paused  # PUT /pause (flows.control); read once
         self._stall(self._paused)
         shared, key = self._shared, self._key
-        hungry = shared.hungry()
-        came = shared.fill(self._batch_size, 0) if hungry else 0  # serves commit answers too
+        if shared.hungry():
+            shared.fill(self._batch_size, 0)  # serves commit answers too
         msgs = [] if self._paused else shared.take(key, self._batch_size)
         if not msgs:
-            if not self._paused and not shared.queued(key):
+            if not self._paused:  # and its queue is empty: the position is all it was given
                 self._skip_control_records()
-            # Idle: sleep. Records came for the others, or they hold enough: look again soon.
-            self._awake = None if came or not hungry else datetime.now(UTC) + _IDLE_WAKE
+            # Records another partition's read brings for it wait as long (not 1 ms: idle
+            # partitions would spin while one has a backlog).
+            self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
         self._awake = None
         good = msgs
@@ -372,9 +373,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             # An earlier asynchronous commit still parked in librdkafka (broker away) could
             # land after this one and move the group back: let those finish first.
             deadline = time.monotonic() + 60
-            while self._inflight and time.monotonic() < deadline:
-                self._shared.fill(1, 0.2)  # serves commit answers; records are queued
-                progress.beat()
+            with self._shared.answers_only():
+                while self._inflight and time.monotonic() < deadline:
+                    self._shared.fill(1, 0.2)  # serves commit answers
+                    progress.beat()
 
             # The last commit before stopping must land, or a restart replays the tail.
             def commit_now() -> None:

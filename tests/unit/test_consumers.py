@@ -1,5 +1,5 @@
 """One consumer per worker (flows.consumers): records sorted into their partitions'
-queues, back-pressure by pausing, commit answers routed; a fake librdkafka consumer for
+queues, consuming only while they hold little, commit answers routed; a fake librdkafka consumer for
 fault injection only (the real broker: the integration tests, which all read through it)."""
 
 from __future__ import annotations
@@ -148,8 +148,9 @@ def test_commit_answers_reach_the_partition_they_name(worker):
     worker.commit(TopicPartition("t", 1, 7))
     fake(worker).on_commit(None, [TopicPartition("t", 1, 7)])
     timeout = KafkaError(KafkaError.REQUEST_TIMED_OUT)
-    fake(worker).on_commit(timeout, [])  # names no partition: the oldest unanswered, 0's
-    assert a0.got == [(timeout, [])]
+    fake(worker).on_commit(timeout, [TopicPartition("t", 0, 5)])
+    fake(worker).on_commit(timeout, [])  # names nobody: logged
+    assert a0.got == [(timeout, [(0, 5)])]
     assert a1.got == [(None, [(1, 7)])]
 
 
@@ -266,3 +267,13 @@ def test_a_held_partition_stops_being_fetched_and_the_others_go_on(two):
     assert scripted.paused == {("t", 0)}
     scripted.batches = [records(1, range(2))]
     assert [m.offset() for m in p1.next_batch()] == [0, 1]
+
+
+def test_waiting_for_commit_answers_fetches_nothing_meanwhile(worker):
+    """The worker is blocked in one partition's final commit: nobody takes records, so
+    none may pile up in the queues (a broker slow to answer commits)."""
+    join(worker, 0), join(worker, 1)
+    worker.hold(("t", 1), True)
+    with worker.answers_only():
+        assert fake(worker).paused == {("t", 0), ("t", 1)}
+    assert fake(worker).paused == {("t", 1)}  # held before: still held

@@ -74,7 +74,8 @@ class FakeConsumer:
         if asynchronous:
             if self.fail_next_async:
                 self.fail_next_async = False
-                self.answers.append((KafkaError(KafkaError.REQUEST_TIMED_OUT), []))
+                failed = TopicPartition(tp.topic, tp.partition, tp.offset)
+                self.answers.append((KafkaError(KafkaError.REQUEST_TIMED_OUT), [failed]))
             else:
                 self.broker_committed = tp.offset
                 self.answers.append((None, [TopicPartition(tp.topic, tp.partition, tp.offset)]))
