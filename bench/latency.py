@@ -204,7 +204,7 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
         hard_deadline = deadline + 300
         window = (t0 + warm, t0 + warm + measure)
         cpu_marks: list[float] = []
-        server_marks: list[dict[str, float | None]] = []  # the brokers', at the same times
+        server_marks: list[dict[str, float | None]] = []  # Kafka's and ES's, same times
         while unseen and time.time() < min(deadline, hard_deadline):
             tick = time.monotonic()
             before = len(unseen)
