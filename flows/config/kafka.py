@@ -22,6 +22,13 @@ from flows.errors import ConfigError
 
 _RESERVED = ("group.id", "enable.auto.commit", "bootstrap.servers")
 
+CLIENT_DEFAULTS: dict[str, Any] = {"metadata.recovery.rebootstrap.trigger.ms": 10_000}
+"""Every client's. librdkafka drops the bootstrap brokers once it learned the cluster's, and
+a broker in controlled shutdown can answer a metadata request with no broker at all: the
+client then knows none, and by default looks at `bootstrap.servers` again only after 300 s
+(a one-broker cluster's restart stalled the flow for minutes, tests/integration/
+test_kafka_faults.py); 10 s here."""
+
 
 class KafkaSettings(Group):
     """Which topics to read, from which cluster, as which consumer group."""
@@ -91,6 +98,7 @@ class KafkaSettings(Group):
         """The librdkafka configuration: our `defaults`, then the user's pass-through
         settings (which win over defaults), then `overrides` the flow relies on."""
         return {
+            **CLIENT_DEFAULTS,
             **(defaults or {}),
             "bootstrap.servers": self.bootstrap_servers,
             **self.kafka_config,
