@@ -159,6 +159,10 @@ def test_a_rolling_update_overlap_fences_the_older_instance(
     fenced = logged_at(log_a, "fenced: partition ")
     assert len(announced) >= 1 and len(fenced) == 1, log_a.read_text()
     assert len(announced) + len(gone) == 2, log_b.read_text()
+    # Read at once only as A's process had gone: after A's last line, and A's pid is named.
+    assert all(t >= fenced[0] for t in gone), (fenced, gone)
+    gone_lines = [ln for ln in log_b.read_text().splitlines() if GONE in ln]
+    assert all(f"pid {a.pid}," in ln for ln in gone_lines), gone_lines
     assert fenced[0] - min(announced) <= LEASE_S
     took_over = logged_at(log_b, "taken over from")
     assert len(took_over) == len(announced), log_b.read_text()
