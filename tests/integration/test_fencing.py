@@ -50,11 +50,16 @@ def committed(kafka: str, group: str, topic: str, parts: int) -> list[TopicParti
         c.close()
 
 
+def logged(log: Path, needle: str) -> list[str]:
+    """The log lines that contain `needle`."""
+    return [line for line in log.read_text(errors="replace").splitlines() if needle in line]
+
+
 def logged_at(log: Path, needle: str) -> list[float]:
     """The times (epoch seconds) of the log lines that contain `needle`."""
     out = []
-    for line in log.read_text(errors="replace").splitlines():
-        if needle in line and (m := _STAMP.match(line)):
+    for line in logged(log, needle):
+        if m := _STAMP.match(line):
             out.append(datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp())
     return out
 
@@ -161,7 +166,7 @@ def test_a_rolling_update_overlap_fences_the_older_instance(
     assert len(announced) + len(gone) == 2, log_b.read_text()
     # Read at once only as A's process had gone: after A's last line, and A's pid is named.
     assert all(t >= fenced[0] for t in gone), (fenced, gone)
-    gone_lines = [ln for ln in log_b.read_text().splitlines() if GONE in ln]
+    gone_lines = logged(log_b, GONE)
     assert all(f"pid {a.pid}," in ln for ln in gone_lines), gone_lines
     assert fenced[0] - min(announced) <= LEASE_S
     took_over = logged_at(log_b, "taken over from")
@@ -170,7 +175,7 @@ def test_a_rolling_update_overlap_fences_the_older_instance(
     tokens = {Owner.parse(tp.metadata) for tp in committed(services.kafka, group, topic, 2)}
     (b_owner,) = tokens  # one owner for both partitions: B, released by its clean stop
     assert b_owner is not None and b_owner.released
-    line = next(ln for ln in log_a.read_text().splitlines() if "fenced: " in ln)
+    line = logged(log_a, "fenced: ")[0]
     assert re.search(
         rf"fenced: partition {topic}/[01] is owned by a newer instance {b_owner.token} "
         rf"\(host .+, pid {b.pid}, generation 2\) since .+; this instance stops without "
