@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-__all__ = ["PeakThreads", "Proc", "ServerCpu", "find_listener", "kill_all"]
+__all__ = ["PeakThreads", "Proc", "ServerCpu", "cpu_now", "find_listener", "kill_all"]
 
 _LIVE: dict[int, Proc] = {}
 
@@ -143,6 +143,17 @@ class PeakThreads(threading.Thread):
         self._done.set()
         self.join(5)
         return max(self.peak.values(), default=0)
+
+
+def cpu_now(procs: list[Proc]) -> float | None:
+    """The processes' user+sys CPU seconds so far (psutil, every thread); None once one
+    has ended, since an ended child's CPU is known only from its rusage."""
+    import psutil
+
+    try:
+        return sum(sum(psutil.Process(p.pid).cpu_times()[:2]) for p in procs)
+    except psutil.Error:
+        return None
 
 
 def kill_all() -> None:

@@ -54,7 +54,9 @@ DETAIL_KEYS = (
     "live_cpu_us",
     "live_kafka_us",
     "live_es_us",
+    "steady_us",
     "cpu_vs_flow_1w",
+    "steady_vs_flow_1w",
     "ceiling_runs",
 )
 
@@ -118,12 +120,16 @@ def write_json(rows: list[Row], path: Path) -> None:
 
 
 def add_cpu_vs_flow_1w(rows: list[Row]) -> None:
-    """flow-2w's and flow-2p's CPU per record over flow-1w's of the same variant."""
+    """flow-2w's and flow-2p's CPU per record over flow-1w's of the same variant, over the
+    whole run (`cpu_vs_flow_1w`) and once running (`steady_vs_flow_1w`)."""
     one = {r.variant: r for r in rows if r.system == "flow-1w" and r.cpu_s_per_million}
     for r in rows:
         base = one.get(r.variant)
         if base and r.system in ("flow-2w", "flow-2p") and r.cpu_s_per_million:
             r.extra["cpu_vs_flow_1w"] = r.cpu_s_per_million / (base.cpu_s_per_million or 1)
+            steady, base_steady = r.extra.get("steady_us"), base.extra.get("steady_us")
+            if steady and base_steady:
+                r.extra["steady_vs_flow_1w"] = steady / base_steady
 
 
 def head_commit() -> str:
@@ -146,7 +152,7 @@ def print_table(rows: list[Row], rates: dict[str, float | None]) -> None:
     vw = max([7, *(len(r.variant) for r in rows)])
     head = (
         f"{'system':<8} {'variant':<{vw}} {'docs/s':>9} {'ratio':>6} {'cpu_s/M':>8} "
-        f"{'rss_mb':>7} {'threads':>7} {'p50_ms':>7} {'p99_ms':>7} {'ix_p50':>6} "
+        f"{'steady':>6} {'rss_mb':>7} {'threads':>7} {'p50_ms':>7} {'p99_ms':>7} {'ix_p50':>6} "
         f"{'ix_p99':>6} {'ref_p99':>7} {'wall_s':>7} "
         f"{'first_s':>7} {'search_s':>8} {'live_us':>7} {'lkafka':>6} {'lull_s':>6} {'es_us':>6} "
         f"{'kafka_us':>8} {'total_us':>8} {'bound/s':>9} {'bound_r':>7}"
@@ -162,7 +168,8 @@ def print_table(rows: list[Row], rates: dict[str, float | None]) -> None:
         print(
             f"{r.system:<8} {r.variant:<{vw}} {f(r.docs_per_s, ',.0f'):>9} "
             f"{f(r.ratio_to_ceiling, '.2f'):>6} {f(r.cpu_s_per_million, ',.1f'):>8} "
-            f"{f(r.peak_rss_mb, ',.0f'):>7} {f(x('peak_threads'), 'd'):>7} "
+            f"{f(x('steady_us'), '.1f'):>6} {f(r.peak_rss_mb, ',.0f'):>7} "
+            f"{f(x('peak_threads'), 'd'):>7} "
             f"{f(r.p50_ms, ',.0f'):>7} {f(r.p99_ms, ',.0f'):>7} "
             f"{f(x('ix_p50_ms'), ',.0f'):>6} {f(x('ix_p99_ms'), ',.0f'):>6} "
             f"{f(x('refresh_p99_ms'), ',.0f'):>7} {f(r.wall_s, '.1f'):>7} "
@@ -199,30 +206,36 @@ def print_summary(rows: list[Row], system: str = "flow-1w", base: str = "small")
         vw = max([len(label), *(len(r.variant) for r in ok)])
         head = (
             f"{label:<{vw}} {'records':>10} {'docs/s':>9} {'ratio':>6} "
-            f"{'us/rec':>7} {'rss_mb':>7} {'threads':>7} {'search_s':>8} "
-            f"{'vs ' + base + ' docs/s':>15} {'us/rec +':>8}"
+            f"{'us/rec':>7} {'steady':>6} {'rss_mb':>7} {'threads':>7} {'search_s':>8} "
+            f"{'vs ' + base + ' docs/s':>15} {'us/rec +':>8} {'steady +':>8}"
         )
         print()
         print(head)
         print("-" * len(head))
         for r in ok:
-            rel = d_us = None
+            rel = d_us = d_steady = None
+            x = r.extra.get
             if ref is not None and ref.docs_per_s and r.cpu_s_per_million is not None:
                 rel = (r.docs_per_s or 0) / ref.docs_per_s
                 d_us = r.cpu_s_per_million - (ref.cpu_s_per_million or 0)
-            x = r.extra.get
+                if x("steady_us") is not None and ref.extra.get("steady_us") is not None:
+                    d_steady = x("steady_us") - ref.extra["steady_us"]
             print(
                 f"{r.variant:<{vw}} {_f(x('records'), ',d'):>10} {_f(r.docs_per_s, ',.0f'):>9} "
                 f"{_f(r.ratio_to_ceiling, '.2f'):>6} {_f(r.cpu_s_per_million, '.1f'):>7} "
+                f"{_f(x('steady_us'), '.1f'):>6} "
                 f"{_f(r.peak_rss_mb, ',.0f'):>7} {_f(x('peak_threads'), 'd'):>7} "
-                f"{_f(x('searchable_s'), '.1f'):>8} {_f(rel, '.2f'):>15} {_f(d_us, '+.1f'):>8}"
+                f"{_f(x('searchable_s'), '.1f'):>8} {_f(rel, '.2f'):>15} {_f(d_us, '+.1f'):>8} "
+                f"{_f(d_steady, '+.1f'):>8}"
             )
     for r in rows:
         vs = r.extra.get("cpu_vs_flow_1w")
         if vs is not None:
+            steady = r.extra.get("steady_vs_flow_1w")
             print(
                 f"{r.variant}: {r.system} CPU per record {r.cpu_s_per_million:.1f} us = "
-                f"{vs:.2f} x flow-1w's"
+                f"{vs:.2f} x flow-1w's; once running {_f(r.extra.get('steady_us'), '.1f')} us"
+                f" = {_f(steady, '.2f')} x"
             )
 
 

@@ -9,6 +9,12 @@ the Elasticsearch and Kafka server processes is read (psutil), and the whole sta
 record gives the rate at which it would saturate every core. Each process's thread count is
 sampled every 200 ms (the peak is reported), and the first moment a search without a
 refresh finds a document (`searchable_s`, from spawn) is noted.
+
+steady_us is the CPU per record once the system runs: its CPU from the first poll that
+sees a document indexed (psutil) to its reap (rusage), over the records after that poll
+(records x the share of documents not yet indexed then). Start-up (imports, connections,
+group join, the first batch) is what separates it from cpu_s_per_million, and a backlog of
+a few hundred thousand records cannot amortize it: ~1.5 CPU seconds per process.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.procs import PeakThreads, Proc
+from bench.procs import PeakThreads, Proc, cpu_now
 from bench.report import Row
 from bench.services import POLL_S
 from bench.systems import Ctx, launch, launch_ceiling_bulk, log, stop_all
@@ -40,11 +46,17 @@ def warm_up_es(ctx: Ctx) -> None:
 
 
 def wait_indexed(
-    ctx: Ctx, index: str, n: int, procs: list[Proc], timeout: float
+    ctx: Ctx,
+    index: str,
+    n: int,
+    procs: list[Proc],
+    timeout: float,
+    at_first: Callable[[int], Any] | None = None,
 ) -> tuple[float | None, float | None, float]:
     """Poll the primary's index_total every 100 ms until >= n: (first document indexed,
     first document searchable, end), monotonic. Searchable: a `_count` without a refresh
-    sees it, polled only from the first indexed document until then."""
+    sees it, polled only from the first indexed document until then. `at_first(total)` is
+    called at the first poll that sees a document."""
     svc = ctx.svc
     first: float | None = None
     searchable: float | None = None
@@ -55,6 +67,8 @@ def wait_indexed(
         now = time.monotonic()
         if total > 0 and first is None:
             first = now
+            if at_first is not None:
+                at_first(total)
         if first is not None and searchable is None and svc.searchable(index) > 0:
             searchable = time.monotonic()
         if total >= n:
@@ -109,9 +123,14 @@ def run_throughput(
         threads = PeakThreads(procs)
         threads.start()
         hook = on_start(procs) if on_start else None
+        at_first: dict[str, Any] = {}
+
+        def mark(total: int) -> None:
+            at_first.update(cpu=cpu_now(procs), total=total)
+
         try:
             first, searchable, end = wait_indexed(
-                ctx, index, docs, procs, timeout=180 + ctx.n / 500
+                ctx, index, docs, procs, timeout=180 + ctx.n / 500, at_first=mark
             )
         finally:
             # quix has no stop-at-end: it is stopped (SIGTERM: flush, commit) once all is in
@@ -128,7 +147,11 @@ def run_throughput(
         row.first_doc_s = (first - start) if first else None
         row.extra["searchable_s"] = (searchable - start) if searchable else None
         row.docs_per_s = docs / row.wall_s
-        row.cpu_s_per_million = sum(p.cpu_s for p in procs) / per * 1e6
+        cpu_s = sum(p.cpu_s for p in procs)
+        row.cpu_s_per_million = cpu_s / per * 1e6
+        if at_first.get("cpu") is not None and at_first["total"] < docs:
+            after = per * (docs - at_first["total"]) / docs
+            row.extra["steady_us"] = (cpu_s - at_first["cpu"]) / after * 1e6
         row.peak_rss_mb = sum(p.maxrss_mb for p in procs)
         row.extra["processes"] = len(procs)
         row.extra["records"] = ctx.n
