@@ -8,8 +8,8 @@ callables are never given a null key or value: the caller handles tombstones and
 function that builds its decoder, imported on use so that optional dependencies stay
 optional, and whether it needs SCHEMA_REGISTRY_URL. A converter's behaviour is documented
 in its module: `json` and `connect-json` in flows.decode.json, `string` and `bytes` in
-flows.decode.text, `avro` and `json-schema` in flows.decode.registry (with the lazy
-Schema Registry client they share with protobuf), `protobuf` in flows.decode.protobuf;
+flows.decode.text, `json-schema` in flows.decode.registry (with the lazy Schema Registry
+client it shares with `avro` in flows.decode.avro and `protobuf` in flows.decode.protobuf);
 the errors and the strict JSON rules in flows.decode.common.
 
 A new converter is one module with `build(settings, is_value) -> Decoder` plus one line in
@@ -66,7 +66,7 @@ CONVERTERS: Mapping[str, Converter] = MappingProxyType(
         "connect-json": Converter("flows.decode.json:build_connect_json"),
         "string": Converter("flows.decode.text:build_string"),
         "bytes": Converter("flows.decode.text:build_bytes"),
-        "avro": Converter("flows.decode.registry:build_avro", needs_registry=True),
+        "avro": Converter("flows.decode.avro:build_avro", needs_registry=True),
         "json-schema": Converter("flows.decode.registry:build_json_schema", needs_registry=True),
         "protobuf": Converter("flows.decode.protobuf:build_protobuf", needs_registry=True),
     }

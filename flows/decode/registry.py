@@ -1,14 +1,12 @@
-"""Schema Registry converters: the lazy client, framing, error classification; avro, json-schema.
+"""Schema Registry converters: the lazy client, framing, error classification; json-schema.
 
-`avro`, `json-schema`: Confluent Schema Registry framing (magic byte 0 + schema id, or magic
-byte 1 + schema GUID, or the id in a `__value_schema_id`/`__key_schema_id` header), decoded by
-confluent-kafka's `AvroDeserializer` / `JSONDeserializer` with the writer schema fetched by id
-(cached by the client; subjects use the TOPIC strategy, which only matters for data-contract
-rules). JSON Schema payloads are validated against the writer schema and parsed with the same
-rules as `json`. Avro results are made JSON-compatible: bytes/fixed -> base64 string,
-decimal -> plain decimal string, timestamp/date/time -> ISO 8601 string, uuid -> string; a
-NaN or infinite float is a `DecodeError`. `protobuf` (flows.decode.protobuf) runs through the
-same `RegistryDecoder`.
+`json-schema`: Confluent Schema Registry framing (magic byte 0 + schema id, or magic byte 1
++ schema GUID, or the id in a `__value_schema_id`/`__key_schema_id` header), decoded by
+confluent-kafka's `JSONDeserializer` with the writer schema fetched by id (cached by the
+client; subjects use the TOPIC strategy, which only matters for data-contract rules).
+Payloads are validated against the writer schema and parsed with the same rules as `json`.
+`avro` (flows.decode.avro) and `protobuf` (flows.decode.protobuf) run through the same
+`RegistryDecoder`.
 
 The Schema Registry client is created on the first record that needs it, inside the
 returned callable, never at import or build time; an unset `timeout` defaults to 30 s (the
@@ -18,12 +16,9 @@ the registry is unavailable: see flows.decode.common.
 
 from __future__ import annotations
 
-import datetime
 import importlib
-import math
 import threading
 from collections.abc import Callable
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlsplit
 from uuid import UUID
@@ -32,7 +27,6 @@ from flows.decode.common import (
     DecodeError,
     Decoder,
     RegistryUnavailableError,
-    b64,
     loads,
     not_object,
     short,
@@ -66,18 +60,7 @@ _REGISTRY_DEFAULT_TIMEOUT_S = 30
 # Schema Registry error codes that mean "no such schema/subject/version": a record problem.
 _NOT_FOUND_CODES = frozenset({40401, 40402, 40403})
 # The deserializers' subject naming; it only matters for data-contract rules.
-_DESERIALIZER_CONF = {"subject.name.strategy.type": "TOPIC"}
-
-
-def build_avro(settings: Settings, is_value: bool) -> Decoder:
-    """The `avro` converter (see the module docstring)."""
-    return RegistryDecoder("avro", is_value, registry_conf(settings), _avro)
-
-
-def _avro(client: Any, is_value: bool) -> tuple[Deserializer, Post]:
-    from confluent_kafka.schema_registry.avro import AvroDeserializer
-
-    return AvroDeserializer(client, conf=dict(_DESERIALIZER_CONF)), _jsonable
+DESERIALIZER_CONF = {"subject.name.strategy.type": "TOPIC"}
 
 
 def build_json_schema(settings: Settings, is_value: bool) -> Decoder:
@@ -89,7 +72,7 @@ def _json_schema(client: Any, is_value: bool) -> tuple[Deserializer, Post]:
     from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 
     deserializer = JSONDeserializer(
-        None, schema_registry_client=client, conf=dict(_DESERIALIZER_CONF), json_decode=loads
+        None, schema_registry_client=client, conf=dict(DESERIALIZER_CONF), json_decode=loads
     )
     return deserializer, None
 
@@ -260,28 +243,3 @@ def _framed_schema_id(data: bytes) -> str:
     if data[0] == 1 and len(data) >= 17:
         return f"schema guid {UUID(bytes=bytes(data[1:17]))}"
     return f"magic byte {data[0]}, expected 0"
-
-
-def _jsonable(value: Any) -> Any:
-    """Make a decoded Avro value JSON-compatible (see the module docstring)."""
-    t = type(value)
-    if t is str or t is int or t is bool or value is None:
-        return value
-    if t is dict:
-        return {k if type(k) is str else str(k): _jsonable(v) for k, v in value.items()}
-    if t is list or t is tuple:
-        return [_jsonable(v) for v in value]
-    if t is float:
-        if not math.isfinite(value):
-            msg = f"float {value} cannot be indexed (JSON has no NaN or Infinity)"
-            raise DecodeError(msg)
-        return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return b64(bytes(value))
-    if isinstance(value, Decimal):
-        return f"{value:f}"
-    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
-        return value.isoformat()
-    if isinstance(value, UUID):
-        return str(value)
-    return str(value)

@@ -1,4 +1,4 @@
-"""flows.decode.registry: avro and json-schema through the Schema Registry.
+"""flows.decode.registry and flows.decode.avro: avro and json-schema through the Schema Registry.
 
 They run against tests/schema_registry_stub.py (a stand-in: the real registry cannot
 run here), with payloads made by confluent-kafka's own serializers.
@@ -16,11 +16,12 @@ from pathlib import Path
 import orjson
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient, header_schema_id_serializer
-from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField
 
 from flows.decode import DecodeError, RegistryUnavailableError
+from flows.decode.avro import jsonable
 from flows.errors import ConfigError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -139,6 +140,58 @@ def test_avro_bad_records(registry: SchemaRegistryStub, client: SchemaRegistryCl
             decode(rec(raw))
         assert not isinstance(info.value, RegistryUnavailableError), name
     assert decode(rec(good))["id"] == 2**40  # still fine afterwards
+
+
+def test_avro_direct_read_gives_avro_deserializers_values(
+    registry: SchemaRegistryStub, client: SchemaRegistryClient
+) -> None:
+    """After the first record of a schema id, flows.decode.avro reads records with fastavro
+    itself; each value must be what AvroDeserializer returns, converted the same way, and
+    AvroDeserializer must not be called for them."""
+    serializer = AvroSerializer(client, ORDER_SCHEMA)
+    orders = [
+        ORDER,
+        {**ORDER, "id": -(2**63), "note": "ü €", "tags": {}, "lines": [], "blob": b""},
+        {**ORDER, "price": decimal.Decimal("-0.01"), "tags": {"a": -0.0, "b": 1e308}},
+    ]
+    payloads = [serializer(o, ctx()) for o in orders]
+    reference = AvroDeserializer(client)
+    decode = value_decoder("avro", **registry_env(registry))
+    assert decode(rec(payloads[0])) == jsonable(reference(payloads[0], ctx()))
+    deserializer = decode._deserializer
+    assert [type(s) for s in deserializer._direct.values()] == [dict]  # read directly now
+    calls = []
+    confluent = deserializer._confluent
+    deserializer._confluent = lambda data, c: calls.append(data) or confluent(data, c)
+    for payload in payloads:
+        assert decode(rec(payload)) == jsonable(reference(payload, ctx()))
+    assert calls == []
+    with pytest.raises(DecodeError, match="cannot decode record") as info:
+        decode(rec(payloads[0][:-4]))  # truncated, read directly
+    assert not isinstance(info.value, RegistryUnavailableError)
+    # a schema id in a header overrides the prefix: AvroDeserializer reads it
+    headers: list[tuple[str, bytes | None]] = []
+    header_serializer = AvroSerializer(
+        client, ORDER_SCHEMA, conf={"schema.id.serializer": header_schema_id_serializer}
+    )
+    framed_by_header = header_serializer(ORDER, ctx(headers=headers))
+    assert decode(rec(framed_by_header, headers=tuple(headers)))["price"] == "12.30"
+    assert calls == [framed_by_header]
+
+
+def test_avro_schema_with_rules_is_left_to_avro_deserializer(
+    registry: SchemaRegistryStub, client: SchemaRegistryClient
+) -> None:
+    schema = '{"type": "record", "name": "R", "fields": [{"name": "v", "type": "long"}]}'
+    rule = {"name": "off", "kind": "CONDITION", "mode": "READ", "type": "CEL", "disabled": True}
+    stored = registry.register(
+        "orders-value", {"schema": schema, "ruleSet": {"domainRules": [rule]}}
+    )
+    payload = b"\x00" + stored.id.to_bytes(4, "big") + b"\x54"  # zig-zag 42
+    decode = value_decoder("avro", **registry_env(registry))
+    assert decode(rec(payload)) == {"v": 42}
+    assert list(decode._deserializer._direct.values()) == [None]
+    assert decode(rec(payload)) == {"v": 42}
 
 
 PERSON_SCHEMA = orjson.dumps(
