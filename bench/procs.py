@@ -146,12 +146,15 @@ class PeakThreads(threading.Thread):
 
 
 def cpu_now(procs: list[Proc]) -> float | None:
-    """The processes' user+sys CPU seconds so far (psutil, every thread); None once one
-    has ended, since an ended child's CPU is known only from its rusage."""
+    """The processes' user+sys CPU seconds so far (psutil, every thread; the rusage of one
+    already reaped); None if one ended but is not reaped yet."""
     import psutil
 
     try:
-        return sum(sum(psutil.Process(p.pid).cpu_times()[:2]) for p in procs)
+        return sum(
+            p.cpu_s if p.returncode is not None else sum(psutil.Process(p.pid).cpu_times()[:2])
+            for p in procs
+        )
     except psutil.Error:
         return None
 

@@ -10,11 +10,12 @@ record gives the rate at which it would saturate every core. Each process's thre
 sampled every 200 ms (the peak is reported), and the first moment a search without a
 refresh finds a document (`searchable_s`, from spawn) is noted.
 
-steady_us is the CPU per record once the system runs: its CPU from the first poll that
-sees a document indexed (psutil) to its reap (rusage), over the records after that poll
-(records x the share of documents not yet indexed then). Start-up (imports, connections,
-group join, the first batch) is what separates it from cpu_s_per_million, and a backlog of
-a few hundred thousand records cannot amortize it: ~1.5 CPU seconds per process.
+steady_us is the CPU per record once the system runs: its CPU (psutil) between the first
+polls that find 10% and 90% of the documents indexed, over the records those 80% stand for.
+Start-up (imports, connections, group join, the first batches) and the end (last bulks,
+commit, exit) are outside it; what was read but not yet indexed at each mark roughly cancels
+out. A backlog of a few hundred thousand records cannot amortize ~1.5 CPU seconds of
+start-up per process, which is what separates it from cpu_s_per_million.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from bench.services import POLL_S
 from bench.systems import Ctx, launch, launch_ceiling_bulk, log, stop_all
 
 __all__ = ["add_ratios", "run_all", "run_throughput", "warm_up_es"]
+
+STEADY_MARKS = (0.1, 0.9)
+"""The shares of the documents indexed between which `steady_us` is measured."""
 
 
 def warm_up_es(ctx: Ctx) -> None:
@@ -51,12 +55,12 @@ def wait_indexed(
     n: int,
     procs: list[Proc],
     timeout: float,
-    at_first: Callable[[int], Any] | None = None,
+    on_poll: Callable[[int], Any] | None = None,
 ) -> tuple[float | None, float | None, float]:
     """Poll the primary's index_total every 100 ms until >= n: (first document indexed,
     first document searchable, end), monotonic. Searchable: a `_count` without a refresh
-    sees it, polled only from the first indexed document until then. `at_first(total)` is
-    called at the first poll that sees a document."""
+    sees it, polled only from the first indexed document until then. `on_poll(total)` is
+    called after each poll of index_total."""
     svc = ctx.svc
     first: float | None = None
     searchable: float | None = None
@@ -65,10 +69,10 @@ def wait_indexed(
     while True:
         total = svc.index_total(index)
         now = time.monotonic()
+        if on_poll is not None:
+            on_poll(total)
         if total > 0 and first is None:
             first = now
-            if at_first is not None:
-                at_first(total)
         if first is not None and searchable is None and svc.searchable(index) > 0:
             searchable = time.monotonic()
         if total >= n:
@@ -123,14 +127,15 @@ def run_throughput(
         threads = PeakThreads(procs)
         threads.start()
         hook = on_start(procs) if on_start else None
-        at_first: dict[str, Any] = {}
+        marks: list[tuple[int, float | None]] = []  # (documents indexed, CPU s so far)
 
         def mark(total: int) -> None:
-            at_first.update(cpu=cpu_now(procs), total=total)
+            if len(marks) < len(STEADY_MARKS) and total >= STEADY_MARKS[len(marks)] * docs:
+                marks.append((total, cpu_now(procs)))
 
         try:
             first, searchable, end = wait_indexed(
-                ctx, index, docs, procs, timeout=180 + ctx.n / 500, at_first=mark
+                ctx, index, docs, procs, timeout=180 + ctx.n / 500, on_poll=mark
             )
         finally:
             # quix has no stop-at-end: it is stopped (SIGTERM: flush, commit) once all is in
@@ -149,9 +154,10 @@ def run_throughput(
         row.docs_per_s = docs / row.wall_s
         cpu_s = sum(p.cpu_s for p in procs)
         row.cpu_s_per_million = cpu_s / per * 1e6
-        if at_first.get("cpu") is not None and at_first["total"] < docs:
-            after = per * (docs - at_first["total"]) / docs
-            row.extra["steady_us"] = (cpu_s - at_first["cpu"]) / after * 1e6
+        if len(marks) == 2 and marks[0][1] is not None and marks[1][1] is not None:
+            between = per * (marks[1][0] - marks[0][0]) / docs
+            if between > 0:
+                row.extra["steady_us"] = (marks[1][1] - marks[0][1]) / between * 1e6
         row.peak_rss_mb = sum(p.maxrss_mb for p in procs)
         row.extra["processes"] = len(procs)
         row.extra["records"] = ctx.n

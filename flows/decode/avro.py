@@ -11,7 +11,8 @@ float is a `DecodeError`.
 Why a direct read: per record, `AvroDeserializer` resolves the subject, looks up and parses
 the writer schema in its caches, expands the schema and collects its inline tags for
 data-contract rules, whether the schema has rules or not: ~10 µs a record on top of
-fastavro's own ~3.5 µs for a 200-byte record (docs/benchmarks.md). Where the writer schema
+fastavro's own ~3.5 µs for the bench's 200-byte record (docs/benchmarks.md, "Avro"). It
+also keeps the record's key for rule actions, which need rules. Where the writer schema
 is a record with no references and no domain or encoding rules, and nothing but the
 payload's prefix names it, all it does is `schemaless_reader(payload, writer, writer)`; for
 such records that call is made here, with the schema it parsed. The first record of each
@@ -77,9 +78,13 @@ class _AvroDeserializer:
                 schema = self._direct.get(key, _UNKNOWN)
                 if schema is _UNKNOWN:
                     value = self._confluent(data, ctx)  # fetches the schema, or raises
+                    try:
+                        direct = self._direct_schema(ctx.topic, data[1:5])
+                    except Exception:  # the record is decoded; read its kind the long way
+                        direct = None
                     if len(self._direct) >= _CACHE_LIMIT:
                         self._direct.clear()
-                    self._direct[key] = self._direct_schema(ctx.topic, data[1:5])
+                    self._direct[key] = direct
                     return value
                 if schema is not None:
                     payload = io.BytesIO(data)

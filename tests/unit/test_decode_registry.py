@@ -174,9 +174,11 @@ def test_avro_direct_read_gives_avro_deserializers_values(
     header_serializer = AvroSerializer(
         client, ORDER_SCHEMA, conf={"schema.id.serializer": header_schema_id_serializer}
     )
-    framed_by_header = header_serializer(ORDER, ctx(headers=headers))
+    # id 0 is the byte 0, so the body looks like prefix framing with schema id bytes 1..4
+    framed_by_header = header_serializer({**ORDER, "id": 0}, ctx(headers=headers))
+    assert framed_by_header[0] == 0
     assert decode(rec(framed_by_header, headers=tuple(headers)))["price"] == "12.30"
-    assert calls == [framed_by_header]
+    assert calls == [framed_by_header] and len(deserializer._direct) == 1  # no id from it
 
 
 def test_avro_schema_with_rules_is_left_to_avro_deserializer(

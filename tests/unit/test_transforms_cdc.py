@@ -64,7 +64,7 @@ def test_schema_wrappers_on_value_and_key_are_unwrapped() -> None:
 
 
 def test_decoded_avro_envelope_is_the_same_dict() -> None:
-    """What flows.decode.registry's avro converter hands over: the envelope as a dict, unions
+    """What flows.decode.avro's converter hands over: the envelope as a dict, unions
     resolved (no wrapper), bytes as base64 and decimals as strings already."""
     value = {
         "before": None,
