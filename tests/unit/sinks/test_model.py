@@ -97,10 +97,22 @@ def test_record_names() -> None:
 
 
 def test_exchanged_values_pickle() -> None:
+    """Bytewax pickles what moves between processes: each value comes back equal, and is
+    pickled by its own `__reduce__` (the dataclass default walks `fields()` per object)."""
     action = Action("id", b'{"index":{}}\n{}\n', REC)
     dead = DeadLetter.from_exception(REC, "index", ValueError("bad"))
-    assert pickle.loads(pickle.dumps(action)) == action
-    assert pickle.loads(pickle.dumps(dead)) == dead
+    values = [
+        REC,
+        Record("t", 0, 0, None, None, None),
+        action,
+        Action(None, b"", REC),
+        dead,
+        DeadLetter(REC, "deserialize", "DecodeError", "bad", "Traceback ..."),
+    ]
+    for value in values:
+        assert type(value).__reduce__ is not object.__reduce__, type(value)
+        copy = pickle.loads(pickle.dumps(value))
+        assert copy == value and type(copy) is type(value), value
     assert dead.error_class == "builtins.ValueError"
     assert dead.stacktrace is None
     doc = Doc(REC, {"a": 1})
