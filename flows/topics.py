@@ -26,24 +26,28 @@ METADATA_BACKOFF = Backoff(initial_s=0.05, max_s=1.0, budget_s=30.0)
 
 COORDINATOR_BACKOFF = Backoff(initial_s=0.1, max_s=2.0, budget_s=60.0)
 """Asking a group's committed offsets while the broker creates or loads its coordinator."""
+COMMITTED_TIMEOUT_S = 10.0
+"""One try's wait for the answer: a coordinator answers in milliseconds once it is there,
+and several tries fit in COORDINATOR_BACKOFF's budget."""
 
 COORDINATOR_LOADING = frozenset(
     {
         KafkaError.NOT_COORDINATOR,
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
         KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError._TIMED_OUT,  # no answer in time: a broker busy starting, or a hiccup
     }
 )
 
 
 def committed(consumer: Consumer, tps: list[TopicPartition]) -> list[TopicPartition]:
     """The group's committed offsets of `tps`. A fresh broker answers NOT_COORDINATOR (or
-    that it is loading) until it has created `__consumer_offsets` and the group's
-    coordinator: a flow started with the broker must wait, not crash at start."""
+    that it is loading, or not in time) until it has created `__consumer_offsets` and the
+    group's coordinator: a flow started with the broker must wait, not crash at start."""
     retries = COORDINATOR_BACKOFF.start()
     while True:
         try:
-            return consumer.committed(tps, timeout=30)
+            return consumer.committed(tps, timeout=COMMITTED_TIMEOUT_S)
         except KafkaException as e:
             err = e.args[0]
             if err.code() not in COORDINATOR_LOADING or retries.over_budget():

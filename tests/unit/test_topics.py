@@ -1,6 +1,6 @@
 """flows.topics: the group's committed offsets are asked again while a fresh broker creates
-or loads the group's coordinator (a flow started with its broker crashed at start on
-NOT_COORDINATOR)."""
+or loads the group's coordinator, or does not answer in time (a flow started with its
+broker crashed at start on NOT_COORDINATOR)."""
 
 from __future__ import annotations
 
@@ -33,10 +33,24 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_loading_coordinator_is_asked_again() -> None:
-    loading = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+    loading = (
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError._TIMED_OUT,  # one try's wait ran out
+    )
     consumer: Any = Coordinator(*loading)
     (tp,) = topics.committed(consumer, [TopicPartition("t", 0)])
-    assert (tp.offset, consumer.calls) == (7, 3)
+    assert (tp.offset, consumer.calls) == (7, 4)
+
+
+def test_a_coordinator_that_never_answers_is_raised_after_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(topics, "COORDINATOR_BACKOFF", Backoff(0.001, 0.002, budget_s=0.05))
+    consumer: Any = Coordinator(*[KafkaError._TIMED_OUT] * 10_000)
+    with pytest.raises(KafkaException):
+        topics.committed(consumer, [TopicPartition("t", 0)])
+    assert 1 < consumer.calls < 10_000
 
 
 def test_other_errors_are_raised_at_once() -> None:
