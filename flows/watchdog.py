@@ -18,6 +18,7 @@ so the restart is safe.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 import urllib.error
@@ -44,7 +45,7 @@ def watch(settings: Settings, run: RunArgs) -> None:
     """Start the watchdog thread of a cluster process (nothing for a single process)."""
     if run.processes < 2 or settings.cluster_stall_s <= 0:
         return
-    hosts = {a.rsplit(":", 1)[0] for a in run.addresses}
+    hosts = {host_key(a.rsplit(":", 1)[0]) for a in run.addresses}
     if settings.api_port is not None and len(hosts) > 1 and is_loopback(settings.api_host):
         logger.warning(
             "CLUSTER_STALL_S: the processes run on %d hosts but API_HOST=%s is loopback: "
@@ -54,6 +55,22 @@ def watch(settings: Settings, run: RunArgs) -> None:
     threading.Thread(
         target=_loop, args=(Watch(settings, run),), name="es-sink-watchdog", daemon=True
     ).start()
+
+
+def host_key(host: str) -> str:
+    """One spelling per machine for the `-a` host names: `loopback` for `localhost`,
+    127.x and ::1, else the addresses the name resolves to (the name, lowercased, when it
+    does not resolve), so that `localhost` and `127.0.0.1` are one host, not two."""
+    name = host.strip().strip("[]").lower()
+    if is_loopback(name):
+        return "loopback"
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)}
+    except OSError:
+        return name
+    if all(is_loopback(str(a).split("%")[0]) for a in found):
+        return "loopback"
+    return ",".join(sorted(str(a) for a in found))
 
 
 def peers(settings: Settings, run: RunArgs) -> list[tuple[int, str]]:
@@ -84,7 +101,7 @@ class Watch:
         self.started = time.monotonic()
         # Epochs are -s long: a stall shorter than three of them is no stall.
         self.limit = max(settings.cluster_stall_s, 3 * run.epoch_s)
-        self.hosts = [a.rsplit(":", 1)[0] for a in run.addresses]
+        self.hosts = [host_key(a.rsplit(":", 1)[0]) for a in run.addresses]
         self.silent_rounds: dict[int, int] = {}
         """Consecutive checks in which a peer that answered before did not answer, since
         the last epoch closed (a closed epoch proves every peer took part)."""

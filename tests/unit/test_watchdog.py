@@ -101,9 +101,21 @@ def test_misses_while_epochs_still_close_do_not_count_toward_a_later_stall(
 
 
 SAME_HOST = RunArgs(1, 3, False, epoch_s=1.0, process_id=0, addresses=("a:1", "a:2", "b:1"))
+# one machine spelled two ways: `-a localhost:2101;127.0.0.1:2102;...`
+SPELLED = RunArgs(
+    1, 3, False, epoch_s=1.0, process_id=0, addresses=("localhost:1", "127.0.0.1:2", "b:1")
+)
 
 
-@pytest.mark.parametrize("watch", [SAME_HOST], indirect=True)
+def test_host_spellings_of_one_machine_are_one_host() -> None:
+    assert watchdog.host_key("localhost") == watchdog.host_key("127.0.0.1") == "loopback"
+    assert watchdog.host_key("[::1]") == watchdog.host_key("LOCALHOST") == "loopback"
+    assert watchdog.host_key("no-such-host.invalid") == "no-such-host.invalid"
+    assert watchdog.host_key("No-Such-Host.invalid") == "no-such-host.invalid"
+    assert watchdog.host_key("10.1.2.3") == "10.1.2.3" != watchdog.host_key("10.1.2.4")
+
+
+@pytest.mark.parametrize("watch", [SAME_HOST, SPELLED], indirect=True)
 def test_a_peer_on_this_host_does_not_hold_up_a_host_cut_off(watch: Any) -> None:
     for _ in range(2):
         assert watch({1}, retrying=True) is None
