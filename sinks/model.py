@@ -95,8 +95,10 @@ class Action:
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its constructor's arguments: actions cross Bytewax's exchange between
-        processes, and the slots dataclass default (a `fields()` walk per object each way)
-        cost ~7 µs per action, more than the rest of the flow's work on it."""
+        processes, and the default (`copyreg.__newobj__` and a dict of slot names per
+        object, set back one by one) made dumps + loads of a small action 6.9 µs instead
+        of 3.7 here. These classes are not meant to be subclassed: a subclass's own fields
+        would not be pickled."""
         return (type(self), (self.id, self.data, self.record))
 
 

@@ -98,7 +98,7 @@ def test_record_names() -> None:
 
 def test_exchanged_values_pickle() -> None:
     """Bytewax pickles what moves between processes: each value comes back equal, and is
-    pickled by its own `__reduce__` (the dataclass default walks `fields()` per object)."""
+    pickled by its own `__reduce__` (cheaper than the default: see `Action.__reduce__`)."""
     action = Action("id", b'{"index":{}}\n{}\n', REC)
     dead = DeadLetter.from_exception(REC, "index", ValueError("bad"))
     values = [
