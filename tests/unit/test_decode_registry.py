@@ -181,6 +181,20 @@ def test_avro_direct_read_gives_avro_deserializers_values(
     assert calls == [framed_by_header] and len(deserializer._direct) == 1  # no id from it
 
 
+def test_avro_keys_are_read_directly_under_their_own_subject(
+    registry: SchemaRegistryStub, client: SchemaRegistryClient
+) -> None:
+    schema = '{"type": "record", "name": "K", "fields": [{"name": "id", "type": "string"}]}'
+    payload = AvroSerializer(client, schema)({"id": "k-1"}, ctx(MessageField.KEY))
+    decode = key_decoder("avro", **registry_env(registry))
+    assert decode(rec(key=payload)) == {"id": "k-1"}
+    assert [type(s) for s in decode._deserializer._direct.values()] == [dict]
+    assert decode(rec(key=payload)) == {"id": "k-1"}  # read directly
+    scalar = AvroSerializer(client, '"string"')("k-2", ctx(MessageField.KEY))
+    assert decode(rec(key=scalar)) == "k-2"  # not a record: AvroDeserializer's, always
+    assert list(decode._deserializer._direct.values())[1:] == [None]
+
+
 def test_avro_schema_with_rules_is_left_to_avro_deserializer(
     registry: SchemaRegistryStub, client: SchemaRegistryClient
 ) -> None:
