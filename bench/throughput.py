@@ -14,8 +14,9 @@ steady_us is the CPU per record once the system runs: its CPU (psutil) between t
 polls that find 10% and 90% of the documents indexed, over the records those 80% stand for.
 Start-up (imports, connections, group join, the first batches) and the end (last bulks,
 commit, exit) are outside it; what was read but not yet indexed at each mark roughly cancels
-out. A backlog of a few hundred thousand records cannot amortize ~1.5 CPU seconds of
-start-up per process, which is what separates it from cpu_s_per_million.
+out; with less than STEADY_MIN_CPU_S between them (a short run) there is no figure. A
+backlog of a few hundred thousand records cannot amortize ~1.5 CPU seconds of start-up per
+process, which is what separates it from cpu_s_per_million.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ __all__ = ["add_ratios", "run_all", "run_throughput", "warm_up_es"]
 
 STEADY_MARKS = (0.1, 0.9)
 """The shares of the documents indexed between which `steady_us` is measured."""
+STEADY_MIN_CPU_S = 0.1
+"""Less CPU than this between the marks gives no `steady_us`: the kernel counts a running
+process's CPU in 10 ms ticks (psutil reads /proc), so a short run's figure would be noise
+(0 or 2x)."""
 
 
 def warm_up_es(ctx: Ctx) -> None:
@@ -156,8 +161,9 @@ def run_throughput(
         row.cpu_s_per_million = cpu_s / per * 1e6
         if len(marks) == 2 and marks[0][1] is not None and marks[1][1] is not None:
             between = per * (marks[1][0] - marks[0][0]) / docs
-            if between > 0:
-                row.extra["steady_us"] = (marks[1][1] - marks[0][1]) / between * 1e6
+            used = marks[1][1] - marks[0][1]
+            if between > 0 and used >= STEADY_MIN_CPU_S:
+                row.extra["steady_us"] = used / between * 1e6
         row.peak_rss_mb = sum(p.maxrss_mb for p in procs)
         row.extra["processes"] = len(procs)
         row.extra["records"] = ctx.n
