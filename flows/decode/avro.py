@@ -36,7 +36,9 @@ from flows.decode.registry import (
     Deserializer,
     Post,
     RegistryDecoder,
+    prefix_framed,
     registry_conf,
+    schema_id_header,
 )
 
 if TYPE_CHECKING:
@@ -67,31 +69,30 @@ class _AvroDeserializer:
         self._confluent = AvroDeserializer(client, conf=dict(DESERIALIZER_CONF))
         self._read = schemaless_reader
         self._suffix = "-value" if is_value else "-key"
-        self._header = "__value_schema_id" if is_value else "__key_schema_id"
+        self._header = schema_id_header(is_value)
         self._direct: dict[tuple[str, bytes], Any] = {}
         """(topic, the 4 id bytes) -> the parsed writer schema, or None: not read directly."""
 
     def __call__(self, data: bytes, ctx: Any) -> Any:
-        if len(data) > 5 and data[0] == 0:
-            headers = ctx.headers
-            if not (headers and any(h[0] == self._header for h in headers)):
-                key = (ctx.topic, data[1:5])
-                schema = self._direct.get(key, _UNKNOWN)
-                if schema is _UNKNOWN:
-                    value = self._confluent(data, ctx)  # fetches the schema, or raises
-                    try:
-                        direct = self._direct_schema(ctx.topic, data[1:5])
-                    except Exception:  # the record is decoded; read its kind the long way
-                        direct = None
-                    if len(self._direct) >= _CACHE_LIMIT:
-                        self._direct.clear()
-                    self._direct[key] = direct
-                    return value
-                if schema is not None:
-                    payload = io.BytesIO(data)
-                    payload.seek(5)
-                    return self._read(payload, schema, schema, False)
-        return self._confluent(data, ctx)
+        if not prefix_framed(data, ctx, self._header):
+            return self._confluent(data, ctx)
+        key = (ctx.topic, data[1:5])
+        schema = self._direct.get(key, _UNKNOWN)
+        if schema is _UNKNOWN:
+            value = self._confluent(data, ctx)  # fetches the schema, or raises
+            try:
+                direct = self._direct_schema(*key)
+            except Exception:  # the record is decoded; read its kind the long way
+                direct = None
+            if len(self._direct) >= _CACHE_LIMIT:
+                self._direct.clear()
+            self._direct[key] = direct
+            return value
+        if schema is None:
+            return self._confluent(data, ctx)
+        payload = io.BytesIO(data)
+        payload.seek(5)
+        return self._read(payload, schema, schema, False)
 
     def _direct_schema(self, topic: str, schema_id: bytes) -> Any:
         """The parsed writer schema if `AvroDeserializer` would only call fastavro with it."""

@@ -39,7 +39,14 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from flows.decode.common import DecodeError, Decoder, short, snippet
-from flows.decode.registry import Deserializer, Post, RegistryDecoder, registry_conf
+from flows.decode.registry import (
+    Deserializer,
+    Post,
+    RegistryDecoder,
+    prefix_framed,
+    registry_conf,
+    schema_id_header,
+)
 
 if TYPE_CHECKING:
     from flows.config import Settings
@@ -92,7 +99,7 @@ class _ProtobufDeserializer:
         )
 
         self._client = client
-        self._header = "__value_schema_id" if is_value else "__key_schema_id"
+        self._header = schema_id_header(is_value)
         self._schema_id = SchemaId
         self._read_schema_id = dual_schema_id_deserializer
         self._init_pool = _init_pool
@@ -110,15 +117,13 @@ class _ProtobufDeserializer:
         # The usual framings are parsed here (faster): magic byte 0 and message indexes [0]
         # (a single 0 byte) or [n], a top-level message n < 64 (count 1 then n, zig-zag: the
         # bytes 2, 2n); unless a schema-id header overrides the payload's framing.
-        if len(data) > 5 and data[0] == 0:
-            headers = ctx.headers
-            if not (headers and any(h[0] == self._header for h in headers)):
-                if data[5] == 0:
-                    key = (int.from_bytes(data[1:5], "big"), _FIRST_MESSAGE)
-                    payload = data[6:]
-                elif data[5] == 2 and len(data) > 6 and data[6] < 0x80 and not data[6] & 1:
-                    key = (int.from_bytes(data[1:5], "big"), (data[6] >> 1,))
-                    payload = data[7:]
+        if prefix_framed(data, ctx, self._header):
+            if data[5] == 0:
+                key = (int.from_bytes(data[1:5], "big"), _FIRST_MESSAGE)
+                payload = data[6:]
+            elif data[5] == 2 and len(data) > 6 and data[6] < 0x80 and not data[6] & 1:
+                key = (int.from_bytes(data[1:5], "big"), (data[6] >> 1,))
+                payload = data[7:]
         if key is None:  # confluent-kafka's own parser: GUIDs, headers, any message indexes
             sid = self._schema_id("PROTOBUF")
             payload = self._read_schema_id(data, ctx, sid).read()
