@@ -45,16 +45,15 @@ def watch(settings: Settings, run: RunArgs) -> None:
     """Start the watchdog thread of a cluster process (nothing for a single process)."""
     if run.processes < 2 or settings.cluster_stall_s <= 0:
         return
-    hosts = {host_key(a.rsplit(":", 1)[0]) for a in run.addresses}
-    if settings.api_port is not None and len(hosts) > 1 and is_loopback(settings.api_host):
+    w = Watch(settings, run)
+    hosts = len(set(w.hosts))
+    if settings.api_port is not None and hosts > 1 and is_loopback(settings.api_host):
         logger.warning(
             "CLUSTER_STALL_S: the processes run on %d hosts but API_HOST=%s is loopback: "
             "they cannot ask each other, so a stall is only logged",
-            len(hosts), settings.api_host,
+            hosts, settings.api_host,
         )  # fmt: skip
-    threading.Thread(
-        target=_loop, args=(Watch(settings, run),), name="es-sink-watchdog", daemon=True
-    ).start()
+    threading.Thread(target=_loop, args=(w,), name="es-sink-watchdog", daemon=True).start()
 
 
 def host_key(host: str) -> str:
