@@ -59,13 +59,14 @@ def watch(settings: Settings, run: RunArgs) -> None:
 def host_key(host: str) -> str:
     """One spelling per machine for the `-a` host names: `loopback` for `localhost`,
     127.x and ::1, else the addresses the name resolves to (the name, lowercased, when it
-    does not resolve), so that `localhost` and `127.0.0.1` are one host, not two."""
+    does not resolve; Bytewax reports a bad one), so that `localhost` and `127.0.0.1` are
+    one host, not two."""
     name = host.strip().strip("[]").lower()
     if is_loopback(name):
         return "loopback"
     try:
         found = {info[4][0] for info in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)}
-    except OSError:
+    except (OSError, UnicodeError):  # unknown, or not a host name at all (`a..b`)
         return name
     if all(is_loopback(str(a).split("%")[0]) for a in found):
         return "loopback"

@@ -113,6 +113,9 @@ def test_host_spellings_of_one_machine_are_one_host() -> None:
     assert watchdog.host_key("no-such-host.invalid") == "no-such-host.invalid"
     assert watchdog.host_key("No-Such-Host.invalid") == "no-such-host.invalid"
     assert watchdog.host_key("10.1.2.3") == "10.1.2.3" != watchdog.host_key("10.1.2.4")
+    # not host names (an empty or 64-character label): compared as written, no crash
+    assert watchdog.host_key("es-sink-0.es-sink..svc") == "es-sink-0.es-sink..svc"
+    assert watchdog.host_key("a" * 64) == "a" * 64
 
 
 @pytest.mark.parametrize("watch", [SAME_HOST, SPELLED], indirect=True)
