@@ -11,6 +11,7 @@ import threading
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from flows import shutdown
 from flows.config import Settings
 from flows.errors import ConfigError
 from sinks.backoff import Backoff
@@ -51,6 +52,8 @@ def committed(consumer: Consumer, tps: list[TopicPartition]) -> list[TopicPartit
         except KafkaException as e:
             err = e.args[0]
             if err.code() not in COORDINATOR_LOADING or retries.over_budget():
+                raise
+            if shutdown.requested():  # stopping: no more tries (the stop stays bounded)
                 raise
             if retries.count == 0:
                 logger.warning(

@@ -4,12 +4,13 @@ broker crashed at start on NOT_COORDINATOR)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from flows import topics
+from flows import shutdown, topics
 from sinks.backoff import Backoff
 
 
@@ -51,6 +52,15 @@ def test_a_coordinator_that_never_answers_is_raised_after_the_budget(
     with pytest.raises(KafkaException):
         topics.committed(consumer, [TopicPartition("t", 0)])
     assert 1 < consumer.calls < 10_000
+
+
+def test_a_stop_ends_the_tries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutdown, "_requested", threading.Event())
+    shutdown.request()
+    consumer: Any = Coordinator(KafkaError._TIMED_OUT, KafkaError._TIMED_OUT)
+    with pytest.raises(KafkaException):
+        topics.committed(consumer, [TopicPartition("t", 0)])
+    assert consumer.calls == 1
 
 
 def test_other_errors_are_raised_at_once() -> None:
