@@ -30,10 +30,10 @@ from flows.transforms.cdc import tombstone_topics
 from sinks import failing
 from sinks.dead_letter.policy import ErrorPolicy
 from sinks.elasticsearch.actions import ActionBuilder, ActionError
-from sinks.model import Action
+from sinks.model import Action, Actions
 
 Routed = tuple[str, Any]
-"""`(sink partition number, list[Action])` for Elasticsearch or `(number, DeadLetter)`."""
+"""`(sink partition number, Actions)` for Elasticsearch or `(number, DeadLetter)`."""
 
 
 class Processor:
@@ -65,7 +65,7 @@ class Processor:
         build_source = self._actions.build_source
         policy, trace = self._policy, self._trace
         n_parts = self._partitions
-        chunks: dict[int, list[Action]] = {}
+        chunks: dict[int, Actions] = {}
         failures: list[DeadLetter] = []
         routed: list[DeadLetter] = []
         ok = skipped = 0
@@ -162,7 +162,7 @@ class Processor:
                 )
                 chunk = chunks.get(part)
                 if chunk is None:
-                    chunks[part] = [action]
+                    chunks[part] = Actions((action,))
                 else:
                     chunk.append(action)
             ok += 1
@@ -199,4 +199,4 @@ class Processor:
 
 def is_documents(item: Routed) -> bool:
     """Route predicate: True for Elasticsearch chunks, False for dead letters."""
-    return type(item[1]) is list
+    return type(item[1]) is Actions

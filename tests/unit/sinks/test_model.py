@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sinks.model import MISSING, Action, DeadLetter, Doc, FieldPath, Record
+from sinks.model import MISSING, Action, Actions, DeadLetter, Doc, FieldPath, Record
 
 REC = Record("orders", 3, 42, 1_714_564_800_123, b"k", b"{}", (("h", b"1"),))
 
@@ -119,6 +119,18 @@ def test_exchanged_values_pickle() -> None:
     assert (doc.key, doc.index, doc.id, doc.routing, doc.delete, doc.meta) == (
         None, None, None, None, False, {},
     )  # fmt: skip
+
+
+def test_a_chunk_of_actions_pickles_as_columns() -> None:
+    """The item that crosses the exchange comes back as equal actions and records, in
+    order, still an `Actions`; records that shared one object still share its fields."""
+    other = Record("t", 0, 7, None, None, None)
+    chunk = Actions([Action("a", b"1\n", REC), Action(None, b"2\n", other), Action("c", b"", REC)])
+    copy = pickle.loads(pickle.dumps(chunk))
+    assert type(copy) is Actions and copy == chunk
+    assert [type(a) for a in copy] == [Action] * 3
+    assert copy[0].record.headers == (("h", b"1"),) and copy[1].record.value is None
+    assert pickle.loads(pickle.dumps(Actions())) == []
 
 
 def test_flows_record_reexports_the_model() -> None:
