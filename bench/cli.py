@@ -32,7 +32,7 @@ from bench.report import (
     print_table,
     write_json,
 )
-from bench.services import Services
+from bench.services import PARTITIONER, Services
 from bench.systems import SYSTEMS, Ctx, log, snapshot_sources, tools_python
 from bench.variants import VARIANTS, Variant, prepare
 
@@ -44,6 +44,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         prog="scripts/bench",
         description="Kafka -> Elasticsearch benchmark: ceiling, loop, quix and this flow "
         "(docs/benchmarks.md).",
+    )
+    p.add_argument(
+        "--partitioner",
+        default=PARTITIONER,
+        help=f"librdkafka partitioner of the produced records (default {PARTITIONER}, the "
+        "Java client's; consistent_random is librdkafka's, whose keys land where the flow's "
+        "sink partitions are: nothing crosses between processes)",
     )
     p.add_argument("--records", type=int, help="dataset size (default 1,000,000; --quick 20,000)")
     p.add_argument("--doc-size", choices=["small", "large"], default="small",
@@ -157,7 +164,7 @@ def variant_systems(args: argparse.Namespace, v: Variant) -> tuple[str, ...]:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     run_id = f"{datetime.datetime.now():%m%d%H%M}-{uuid.uuid4().hex[:4]}"
-    svc = Services(args.bootstrap, args.es, run_id)
+    svc = Services(args.bootstrap, args.es, run_id, args.partitioner)
     svc.check()
     servers: ServerCpu | None = None
     try:

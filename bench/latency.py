@@ -73,10 +73,14 @@ class IndexedWatch(threading.Thread):
 class PacedProducer(threading.Thread):
     """Probes (5/s) until `go()`, then records on the schedule seq -> t0 + seq / rate."""
 
-    def __init__(self, bootstrap: str, topic: str, variant: str, rate: float) -> None:
+    def __init__(
+        self, bootstrap: str, partitioner: str, topic: str, variant: str, rate: float
+    ) -> None:
         super().__init__(daemon=True)
         self.topic, self.variant, self.rate = topic, variant, rate
-        self.producer = new_producer(bootstrap, **{"linger.ms": 5, "batch.size": 1_000_000})
+        self.producer = new_producer(
+            bootstrap, partitioner, **{"linger.ms": 5, "batch.size": 1_000_000}
+        )
         self.t0: float | None = None
         self.total: int | None = None
         self.seq = 0
@@ -180,7 +184,7 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
             svc.create_topic(topic)
             group = svc.group(f"lat-{system}")
             procs = launch(ctx, system, topic, index, group, live=True, tag="lat")
-            producer = PacedProducer(svc.bootstrap, topic, ctx.doc_size, rate)
+            producer = PacedProducer(svc.bootstrap, svc.partitioner, topic, ctx.doc_size, rate)
             producer.start()
             ready_by = time.monotonic() + 120
             while svc.index_total(index) == 0:  # the first probe is indexed: the system runs

@@ -45,11 +45,22 @@ Item = tuple[bytes | None, bytes | None, list[tuple[str, str | bytes | None]] | 
 record must not become a document: a bad record of `small-dlq5`)."""
 
 
+PARTITIONER = "murmur2_random"
+"""The Java client's partitioner (Kafka Connect, Debezium and most producers) by default.
+librdkafka's own default (`consistent_random`) puts key k in partition crc32(k) % n, the
+sink partition the flow routes document id k to, and Bytewax gives Kafka partition p and
+sink partition p to one worker: with several processes no action would ever cross to
+another one, a best case only librdkafka-keyed topics have (`--partitioner`)."""
+
+
 class Services:
     """The Kafka broker and Elasticsearch node of a run, and what the run created on them."""
 
-    def __init__(self, bootstrap: str, es_url: str, run_id: str) -> None:
+    def __init__(
+        self, bootstrap: str, es_url: str, run_id: str, partitioner: str = PARTITIONER
+    ) -> None:
         self.bootstrap = bootstrap
+        self.partitioner = partitioner
         self.es_url = es_url
         self.run_id = run_id
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -144,10 +155,11 @@ class Services:
             self.groups = []
 
 
-def new_producer(bootstrap: str, **extra: Any) -> Producer:
+def new_producer(bootstrap: str, partitioner: str = PARTITIONER, **extra: Any) -> Producer:
     return Producer(
         {
             "bootstrap.servers": bootstrap,
+            "partitioner": partitioner,
             "linger.ms": 20,
             "batch.size": 1_000_000,
             "queue.buffering.max.messages": 1_000_000,
@@ -242,7 +254,7 @@ def produce_dataset(
         elif positions is not None:
             positions.delivered(msg)
 
-    producer = new_producer(svc.bootstrap)
+    producer = new_producer(svc.bootstrap, svc.partitioner)
     produce = producer.produce
     for i, (key, value, headers, source) in enumerate(items):
         while True:
