@@ -121,14 +121,30 @@ class Actions(list[Action]):
         )  # fmt: skip
 
 
-def _actions(ids: list[str | None], data: list[bytes], *records: list[Any]) -> Actions:
-    """`Actions.__reduce__`'s columns back to actions (module level: pickled by name)."""
-    return Actions(
-        [
-            Action(i, d, Record(*r))
-            for i, d, r in zip(ids, data, zip(*records, strict=True), strict=True)
-        ]
-    )
+def _actions(
+    ids: list[str | None],
+    data: list[bytes],
+    topics: list[str],
+    partitions: list[int],
+    offsets: list[int],
+    *rest: list[Any],
+) -> Actions:
+    """`Actions.__reduce__`'s columns back to actions (module level: pickled by name).
+
+    The actions of one record (a fan-out) share one `Record` again: the sink counts a
+    record's failures by that object (one dead letter per record). They are consecutive in
+    a chunk (`flows.process` appends a record's actions before the next record's), and a
+    record is its (topic, partition, offset)."""
+    out = Actions()
+    add = out.append
+    rec: Record | None = None
+    for i, d, t, p, o, more in zip(
+        ids, data, topics, partitions, offsets, zip(*rest, strict=True), strict=True
+    ):
+        if rec is None or o != rec.offset or p != rec.partition or t != rec.topic:
+            rec = Record(t, p, o, *more)
+        add(Action(i, d, rec))
+    return out
 
 
 @dataclass(slots=True)

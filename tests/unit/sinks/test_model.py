@@ -123,13 +123,25 @@ def test_exchanged_values_pickle() -> None:
 
 def test_a_chunk_of_actions_pickles_as_columns() -> None:
     """The item that crosses the exchange comes back as equal actions and records, in
-    order, still an `Actions`; records that shared one object still share its fields."""
+    order, still an `Actions`; the actions of one record (a fan-out) share one `Record`
+    object again, as the sink counts a record's failures by it (one dead letter each)."""
     other = Record("t", 0, 7, None, None, None)
-    chunk = Actions([Action("a", b"1\n", REC), Action(None, b"2\n", other), Action("c", b"", REC)])
+    same_offset = Record("u", 0, 7, None, b"k", b"v")  # another topic: another record
+    chunk = Actions(
+        [
+            Action("a", b"1\n", REC),
+            Action("b", b"2\n", REC),
+            Action(None, b"3\n", other),
+            Action("c", b"", same_offset),
+            Action("d", b"4\n", REC),
+        ]
+    )
     copy = pickle.loads(pickle.dumps(chunk))
     assert type(copy) is Actions and copy == chunk
-    assert [type(a) for a in copy] == [Action] * 3
-    assert copy[0].record.headers == (("h", b"1"),) and copy[1].record.value is None
+    assert [type(a) for a in copy] == [Action] * 5
+    assert copy[0].record is copy[1].record
+    assert len({id(a.record) for a in copy}) == 4
+    assert copy[0].record.headers == (("h", b"1"),) and copy[2].record.value is None
     assert pickle.loads(pickle.dumps(Actions())) == []
 
 

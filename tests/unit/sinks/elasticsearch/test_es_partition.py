@@ -8,6 +8,7 @@ encodes them from Docs, and the fake parses the NDJSON the partition sends.
 
 from __future__ import annotations
 
+import pickle
 import random
 import threading
 import time
@@ -34,7 +35,7 @@ from sinks.errors import (
     ElasticsearchUnavailableError,
     RecordFailedError,
 )
-from sinks.model import Action, DeadLetter, Doc, Record
+from sinks.model import Action, Actions, DeadLetter, Doc, Record
 
 TOPIC = "orders"
 TS = 1_714_564_800_123
@@ -1091,10 +1092,14 @@ def test_a_fanned_out_record_with_one_refused_action_counts_once() -> None:
     assert (policy.failed_total, policy.consecutive) == (1, 1)
 
 
-def test_a_fanned_out_record_with_all_actions_refused_is_one_dead_letter() -> None:
+@pytest.mark.parametrize("crossed", [False, True], ids=["local", "from-another-process"])
+def test_a_fanned_out_record_with_all_actions_refused_is_one_dead_letter(crossed: bool) -> None:
+    """Also when the chunk came from another process (pickled by Bytewax's exchange)."""
     bad = (400, MAPPER_ERROR)
     rig = Rig(FakeClient({"x1": bad, "x2": bad, "x3": bad}), DLQ_MAX_CONSECUTIVE="1")
-    acts = fan_out(rig.settings, "x1", "x2", "x3")
+    acts: list[Action] = Actions(fan_out(rig.settings, "x1", "x2", "x3"))
+    if crossed:
+        acts = pickle.loads(pickle.dumps(acts))
     rig.part.write_batch([acts])
     rig.part.snapshot()  # one failed record: DLQ_MAX_CONSECUTIVE=1 is not passed
     assert len(rig.dlq.letters) == 1
