@@ -32,7 +32,7 @@ from bench.report import (
     print_table,
     write_json,
 )
-from bench.services import PARTITIONER, Services
+from bench.services import PARTITIONER, PARTITIONERS, Services
 from bench.systems import SYSTEMS, Ctx, log, snapshot_sources, tools_python
 from bench.variants import VARIANTS, Variant, prepare
 
@@ -48,6 +48,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--partitioner",
         default=PARTITIONER,
+        choices=PARTITIONERS,
         help=f"librdkafka partitioner of the produced records (default {PARTITIONER}, the "
         "Java client's; consistent_random is librdkafka's, whose keys land where the flow's "
         "sink partitions are: nothing crosses between processes)",

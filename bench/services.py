@@ -52,6 +52,12 @@ sink partition the flow routes document id k to, and Bytewax gives Kafka partiti
 sink partition p to one worker: with several processes no action would ever cross to
 another one, a best case only librdkafka-keyed topics have (`--partitioner`)."""
 
+PARTITIONERS = (
+    "random", "consistent", "consistent_random", "murmur2", "murmur2_random", "fnv1a",
+    "fnv1a_random",
+)  # fmt: skip
+"""librdkafka's `partitioner` values."""
+
 
 class Services:
     """The Kafka broker and Elasticsearch node of a run, and what the run created on them."""
