@@ -62,9 +62,7 @@ PARTITIONERS = (
 class Services:
     """The Kafka broker and Elasticsearch node of a run, and what the run created on them."""
 
-    def __init__(
-        self, bootstrap: str, es_url: str, run_id: str, partitioner: str = PARTITIONER
-    ) -> None:
+    def __init__(self, bootstrap: str, es_url: str, run_id: str, partitioner: str) -> None:
         self.bootstrap = bootstrap
         self.partitioner = partitioner
         self.es_url = es_url
@@ -161,7 +159,7 @@ class Services:
             self.groups = []
 
 
-def new_producer(bootstrap: str, partitioner: str = PARTITIONER, **extra: Any) -> Producer:
+def new_producer(bootstrap: str, partitioner: str, **extra: Any) -> Producer:
     return Producer(
         {
             "bootstrap.servers": bootstrap,

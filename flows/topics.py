@@ -51,9 +51,12 @@ def committed(consumer: Consumer, tps: list[TopicPartition]) -> list[TopicPartit
             return consumer.committed(tps, timeout=COMMITTED_TIMEOUT_S)
         except KafkaException as e:
             err = e.args[0]
-            if err.code() not in COORDINATOR_LOADING or retries.over_budget():
-                raise
-            if shutdown.requested():  # stopping: no more tries (the stop stays bounded)
+            # Stopping: no more tries either (the stop stays bounded).
+            if (
+                err.code() not in COORDINATOR_LOADING
+                or retries.over_budget()
+                or shutdown.requested()
+            ):
                 raise
             if retries.count == 0:
                 logger.warning(
