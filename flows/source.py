@@ -1,5 +1,7 @@
 """Kafka source: one partition per Kafka partition, resumable, committing offsets that lag.
 
+The partitions of a worker share one consumer (`flows.consumers`).
+
 Offsets live in Bytewax recovery snapshots (with `-r`). The consumer group's committed
 offsets are the fallback start position and what lag monitoring reads, so they must never
 run ahead of what is durable in Elasticsearch or the dead-letter topic. Bytewax has no
@@ -30,9 +32,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from flows import control, discovery, fencing, halt, metrics, shutdown, topics
+from flows import consumers, control, discovery, fencing, halt, metrics, shutdown, topics
 from flows.config import Settings
 from flows.errors import PipelineError
 from flows.runtime import run_args
@@ -125,13 +127,19 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._batch_size = settings.consume_batch_size
         self._stop_at_end = settings.stop_at_end
         self._awake: datetime | None = None
-        self._consumer = Consumer(
+        self._key = (topic, partition)
+        # One consumer per worker serves all of its partitions (flows.consumers).
+        self._shared = consumers.shared(
             settings.librdkafka(
-                # librdkafka prefetches up to 64 MB and 100,000 records per consumer, and
-                # there is one consumer per partition: bound that to keep memory flat.
+                # librdkafka prefetches up to 64 MB per consumer by default: bound that to
+                # keep memory flat. Its queued.min.messages (100,000) stays: 5,000 made one
+                # consumer fetch 300,000 records in 9.3 s instead of 2.2. A fetch waits for
+                # 64 KiB or 50 ms: at 7,400 records/s the broker otherwise answered every
+                # few records (docs/benchmarks.md, "One consumer per worker").
                 defaults={
-                    "queued.max.messages.kbytes": 4096,
-                    "queued.min.messages": max(5 * settings.consume_batch_size, 1000),
+                    "queued.max.messages.kbytes": 16384,
+                    "fetch.min.bytes": 65536,
+                    "fetch.wait.max.ms": 50,
                 },
                 **{
                     "group.id": settings.group_id,
@@ -139,10 +147,22 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                     "enable.auto.offset.store": "false",
                     "auto.offset.reset": settings.auto_offset_reset,
                     "enable.partition.eof": "false",
-                    "on_commit": self._on_commit,
                 },
             )
         )
+        self._consumer = self._shared.consumer
+        self._shared.join(self._key, self._batch_size, self._on_commit)
+        try:
+            self._start(settings, topic, partition, resume_offset)
+        except BaseException:
+            self._shared.leave(self._key, self._on_commit)
+            raise
+        _LIVE.add(self)
+
+    def _start(
+        self, settings: Settings, topic: str, partition: int, resume_offset: int | None
+    ) -> None:
+        """Find the start offset (recovery snapshot, group offset or reset)."""
         tp = TopicPartition(topic, partition)
         low, high = self._consumer.get_watermark_offsets(tp, timeout=30)
         group = topics.committed(self._consumer, [tp])[0]
@@ -196,7 +216,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         if self._fence is not None and self._committed is not None:
             self._commit(self._committed, final=True)  # announce this owner (flows.fencing)
             self._fence.announced()
-        self._consumer.assign([TopicPartition(topic, partition, self._next)])
+        # Assigned at the first read, once the worker built all its partitions: the
+        # look-ups above would otherwise queue behind the fetches of those built before
+        # (120 partitions: 10.5 s to the first document instead of 2).
+        self._assigned = False
         logger.info(
             "source partition %s/%d starts at offset %d (%s); log end %d",
             topic, partition, self._next, origin, high,
@@ -206,9 +229,9 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._emitted = self._next
         halt.start(topic, partition, self._next)
         self._paused = False  # PUT /pause reached this partition (flows.control)
+        self._stalled = False  # not fetched (`_stall`)
         self.last_error: tuple[float, str] | None = None
         """(wall-clock time, text) of the latest Kafka error on this partition."""
-        _LIVE.add(self)
 
     # -- Bytewax calls
 
@@ -216,11 +239,15 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     @progress.tracked
     def next_batch(self) -> list[Message]:
         """Commit what the previous epoch made durable, then read what is ready (never blocks)."""
+        if not self._assigned:
+            self._shared.assign(TopicPartition(self._topic, self._partition, self._next))
+            self._assigned = True
         if self._fence is not None and self._fence.due():  # once per epoch: flows.fencing
             verdict = self._fence.check(self._consumer)  # a newer owner: the process ends
             # Unknown while stopping: the final commit (retried, bounded) decides, so that a
             # broker away does not hold SIGTERM until SHUTDOWN_TIMEOUT_S.
             if verdict is fencing.Verdict.UNKNOWN and not self._finishing():
+                self._stall(True)
                 self._awake = datetime.now(UTC) + _FENCE_RETRY
                 return []
             if verdict is fencing.Verdict.TAKEN_BACK and self._pending is None:
@@ -229,12 +256,14 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         if held is not None:  # ERRORS_TOLERANCE=none: see flows.halt
             if self._held_snapshotted:
                 raise held[1]
+            self._stall(True)
             self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
         if self._pending is not None:
             final = self._finishing()
             self._commit(self._pending, final, release=final and self._pending == self._next)
         if self._finishing():
+            self._stall(True)
             if self._committed == self._next:
                 if self._fence is not None and self._committed is not None:
                     self._fence.release(self._consumer, self._committed, self._commit_metadata)
@@ -242,13 +271,20 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
         if self._fence is not None and self._fence.waiting():
+            self._stall(True)
             self._awake = datetime.now(UTC) + _FENCE_RETRY
             return []
-        if control.paused is not self._paused:
-            self._pause_or_resume()
-        msgs = self._consumer.consume(self._batch_size, 0)  # also serves commit callbacks
+        self._paused = control.paused  # PUT /pause (flows.control); read once
+        self._stall(self._paused)
+        shared, key = self._shared, self._key
+        if shared.hungry():
+            shared.fill(self._batch_size, 0)  # serves commit answers too
+        msgs = [] if self._paused else shared.take(key, self._batch_size)
         if not msgs:
-            self._skip_control_records()
+            if not self._paused:  # and its queue is empty: the position is all it was given
+                self._skip_control_records()
+            # Records another partition's read brings for it wait as long (not 1 ms: idle
+            # partitions would spin while one has a backlog).
             self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
         self._awake = None
@@ -294,24 +330,20 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     def close(self) -> None:
         """Leave without committing: only next_batch commits, after the epoch is durable."""
         _LIVE.discard(self)
-        self._consumer.close()
+        self._shared.leave(self._key, self._on_commit)
 
     # -- helpers
 
     def _finishing(self) -> bool:
         return shutdown.requested() or (self._stop_at_end and self._next >= self._end)
 
-    def _pause_or_resume(self) -> None:
-        """Follow `flows.control`: a paused partition's fetcher stops and its prefetched
-        records are dropped (librdkafka resumes at the offset after the last record this
-        partition returned); `consume()` goes on serving the commit callbacks."""
-        want = control.paused  # read once: a resume may land between two reads
-        tp = [TopicPartition(self._topic, self._partition)]
-        if want:
-            self._consumer.pause(tp)
-        else:
-            self._consumer.resume(tp)
-        self._paused = want
+    def _stall(self, want: bool) -> None:
+        """Stop (or restart) fetching this partition while it emits nothing: paused
+        (`flows.control`), stopping, held (`flows.halt`) or waiting to own it (fencing).
+        What is queued waits; the other partitions' fetching goes on."""
+        if want is not self._stalled:
+            self._shared.hold(self._key, want)
+            self._stalled = want
 
     def view(self) -> PartitionView:
         """What the status API shows of this partition (plain reads, from another thread)."""
@@ -341,9 +373,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             # An earlier asynchronous commit still parked in librdkafka (broker away) could
             # land after this one and move the group back: let those finish first.
             deadline = time.monotonic() + 60
-            while self._inflight and time.monotonic() < deadline:
-                self._consumer.consume(1, 0.2)  # serves commit callbacks; records not emitted
-                progress.beat()
+            with self._shared.answers_only():
+                while self._inflight and time.monotonic() < deadline:
+                    self._shared.fill(1, 0.2)  # serves commit answers
+                    progress.beat()
 
             # The last commit before stopping must land, or a restart replays the tail.
             def commit_now() -> None:
@@ -357,7 +390,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                 self._fence.released = release
         else:
             self._inflight += 1
-            self._consumer.commit(offsets=[tp], asynchronous=True)
+            self._shared.commit(tp)
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """Kafka's answer to a commit (served inside consume() or the final commit)."""

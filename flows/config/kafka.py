@@ -22,6 +22,15 @@ from flows.errors import ConfigError
 
 _RESERVED = ("group.id", "enable.auto.commit", "bootstrap.servers")
 
+CLIENT_DEFAULTS: dict[str, Any] = {"metadata.recovery.rebootstrap.trigger.ms": 30_000}
+"""Every client's. librdkafka drops the bootstrap brokers once it learned the cluster's, and
+a broker in controlled shutdown can answer a metadata request with no broker at all: the
+client then knows none, and by default looks at `bootstrap.servers` again only after 300 s
+of failed metadata refreshes (a one-broker cluster's restart stalled the flow for minutes,
+tests/integration/test_kafka_faults.py). 30 s here: a metadata request unanswered that long
+also re-bootstraps, which resets every connection. librdkafka issue #5301 (open in 2.16.0)
+describes an ordering of the same event after which the client never re-bootstraps."""
+
 
 class KafkaSettings(Group):
     """Which topics to read, from which cluster, as which consumer group."""
@@ -91,6 +100,7 @@ class KafkaSettings(Group):
         """The librdkafka configuration: our `defaults`, then the user's pass-through
         settings (which win over defaults), then `overrides` the flow relies on."""
         return {
+            **CLIENT_DEFAULTS,
             **(defaults or {}),
             "bootstrap.servers": self.bootstrap_servers,
             **self.kafka_config,

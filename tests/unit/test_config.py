@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from flows.config import Secret, Settings
+from flows.config.kafka import CLIENT_DEFAULTS
 from flows.errors import ConfigError
 
 BASE = {"KAFKA_TOPICS": "orders"}
@@ -86,7 +87,7 @@ def test_defaults_explicitly() -> None:
     assert s.es_retry_initial_ms == 100
     assert s.es_retry_max_ms == 10_000
     assert s.es_retry_budget_s == 0.0
-    assert s.librdkafka() == {"bootstrap.servers": "127.0.0.1:9092"}
+    assert s.librdkafka() == {"bootstrap.servers": "127.0.0.1:9092", **CLIENT_DEFAULTS}
 
 
 def test_values_are_parsed_and_typed() -> None:
@@ -250,7 +251,12 @@ def test_kafka_config_pass_through() -> None:
         "sasl.mechanism": "PLAIN",
         "fetch.max.bytes": "1048576",
         "group.id": "g",
+        **CLIENT_DEFAULTS,
     }
+    key = "metadata.recovery.rebootstrap.trigger.ms"  # a default the user's setting overrides
+    assert load(KAFKA_CONFIG_METADATA_RECOVERY_REBOOTSTRAP_TRIGGER_MS="60000").librdkafka()[
+        key
+    ] == ("60000")
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from flows import discovery, fencing, halt, shutdown
 from flows.config import Settings
 from flows.fencing import Owner, metadata_fields
 from flows.source import KafkaSourcePartition
-from tests.unit.test_source import FakeConsumer
+from tests.unit.test_source import FakeConsumer, own_consumer
 
 
 class Broker:
@@ -60,7 +60,7 @@ def make(monkeypatch: pytest.MonkeyPatch) -> Any:
     """`make(**env)`: a new "instance" (its own token) reading t/0 against BROKER."""
     global BROKER
     BROKER = Broker()
-    monkeypatch.setattr("flows.source.Consumer", GroupConsumer)
+    own_consumer(monkeypatch, GroupConsumer)
     monkeypatch.setattr(halt, "HELD", {})
     monkeypatch.setattr(halt, "EXAMINED", {})
     monkeypatch.setattr(shutdown, "_requested", type(shutdown._requested)())

@@ -30,7 +30,7 @@ RANKS = {
     ),
     **dict.fromkeys(("decode", "transforms"), 2),
     "config": 3,
-    **dict.fromkeys(("topics", "sink_config", "fencing"), 4),
+    **dict.fromkeys(("topics", "consumers", "sink_config", "fencing"), 4),
     "discovery": 5,
     **dict.fromkeys(("source", "process"), 6),
     "pipeline": 7,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from flows import halt, shutdown
+from flows import consumers, halt, shutdown
 from flows.config import Settings
 from flows.errors import RecordFailedError
 from flows.process import Processor
@@ -28,6 +28,7 @@ class FakeConsumer:
         self.broker_committed: int | None = None
         self.answers: list[tuple[KafkaError | None, list[TopicPartition]]] = []
         self.position_offset = -1001
+        self.assign([TopicPartition("t", 0, 0)])
 
     def get_watermark_offsets(self, tp: TopicPartition, **_: Any) -> tuple[int, int]:
         return 0, self.end
@@ -36,10 +37,23 @@ class FakeConsumer:
         return [TopicPartition(tps[0].topic, tps[0].partition, self.group_offset)]
 
     def assign(self, tps: list[TopicPartition]) -> None:
+        """(Tests) the log again, from the offset of `tps[0]`."""
         self.messages = [
             Message(topic=tps[0].topic, partition=0, offset=o, value=b"{}")
             for o in range(tps[0].offset, 3)
         ]
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        """(The source, at its first read) what a test left of the log, from the offset."""
+        self.messages = [m for m in self.messages if m.offset() >= tps[0].offset]
+
+    def incremental_unassign(self, tps: list[TopicPartition]) -> None:
+        self.messages = []
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        pass
+
+    resume = pause
 
     def consume(self, n: int, timeout: float) -> list[Message]:
         for answer in self.answers:
@@ -60,7 +74,8 @@ class FakeConsumer:
         if asynchronous:
             if self.fail_next_async:
                 self.fail_next_async = False
-                self.answers.append((KafkaError(KafkaError.REQUEST_TIMED_OUT), []))
+                failed = TopicPartition(tp.topic, tp.partition, tp.offset)
+                self.answers.append((KafkaError(KafkaError.REQUEST_TIMED_OUT), [failed]))
             else:
                 self.broker_committed = tp.offset
                 self.answers.append((None, [TopicPartition(tp.topic, tp.partition, tp.offset)]))
@@ -75,10 +90,17 @@ class FakeConsumer:
 SETTINGS = {"KAFKA_TOPICS": "t"}
 
 
+def own_consumer(monkeypatch: pytest.MonkeyPatch, fake: type[FakeConsumer]) -> None:
+    """Each partition built gets its own `fake` consumer, as if each were alone in its
+    worker (the sharing itself: tests/unit/test_consumers.py)."""
+    monkeypatch.setattr(consumers, "Consumer", fake)
+    monkeypatch.setattr(consumers, "shared", consumers.WorkerConsumer)
+
+
 @pytest.fixture
 def make(monkeypatch: pytest.MonkeyPatch) -> Any:
     """`make(resume_offset, **env)`: a source partition of t/0 on a FakeConsumer."""
-    monkeypatch.setattr("flows.source.Consumer", FakeConsumer)
+    own_consumer(monkeypatch, FakeConsumer)
     monkeypatch.setattr(halt, "HELD", {})
     monkeypatch.setattr(halt, "EXAMINED", {})
     monkeypatch.setattr(shutdown, "_requested", type(shutdown._requested)())
