@@ -17,6 +17,15 @@ more comes for it, and what it queued waits outside that count.
 Records reach a queue in offset order and leave it in that order; pausing and resuming
 lose nothing, because librdkafka resumes fetching after the last record `consume()`
 returned, which is the last one queued here.
+
+A consumer that knows no broker at all is replaced (`tend`). librdkafka 2.16 (issue #5301)
+can end there after a broker in controlled shutdown answers a leader query with no
+broker: it forgets every broker, never contacts `bootstrap.servers` again, and its
+fetches and commits wait forever. Its statistics (`statistics.interval.ms`) then list no
+configured or learned broker; in an ordinary outage they still list the brokers it tries
+again. The new consumer is assigned every partition at the position after the last record
+queued here, so nothing is read twice or skipped; commits the old one did not answer are
+answered as failed, and the next epoch commits again.
 """
 
 from __future__ import annotations
@@ -24,16 +33,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["READY_BATCHES", "WorkerConsumer", "shared"]
+__all__ = ["BROKERLESS_REPORTS", "READY_BATCHES", "WorkerConsumer", "shared"]
 
 Key = tuple[str, int]
 CommitHandler = Callable[[KafkaError | None, list[TopicPartition]], None]
@@ -41,6 +52,14 @@ CommitHandler = Callable[[KafkaError | None, list[TopicPartition]], None]
 READY_BATCHES = 2
 """The worker consumes while its partitions that read hold fewer records than this many
 batches."""
+
+BROKERLESS_REPORTS = 2
+"""A consumer whose statistics list no configured or learned broker this many times in a
+row is replaced (librdkafka #5301; see the module docstring)."""
+
+SERVE_EVERY_S = 1.0
+"""`tend` serves librdkafka's callbacks (statistics, commit answers) when nothing has
+consumed for this long, e.g. while every partition of the worker waits."""
 
 _THREAD = threading.local()
 
@@ -62,21 +81,39 @@ class WorkerConsumer:
     """A librdkafka consumer whose records are sorted into one queue per partition."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
-        me = weakref.ref(self)  # the consumer's callback must not keep this object alive
-
-        def on_commit(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-            owner = me()
-            if owner is not None:
-                owner._answer(err, partitions)
-
-        self.consumer = Consumer({**conf, "on_commit": on_commit})
+        self._conf = dict(conf)
+        self._generation = 0
+        self._brokerless = 0  # statistics in a row that listed no broker to contact
+        self.renewals = 0
+        """How many times the consumer was replaced (`tend`)."""
+        self.consumer = self._new_consumer()
         self.closed = False
+        self._served = time.monotonic()
         self._queues: dict[Key, deque[Message]] = {}
         self._handlers: dict[Key, weakref.WeakMethod[CommitHandler]] = {}
-        self._assigned: set[Key] = set()
+        self._inflight: dict[Key, int] = {}  # asynchronous commits not answered yet
+        self._assigned: dict[Key, int] = {}  # the offset each was assigned at
         self._held: set[Key] = set()  # paused by its partition (`hold`)
         self._ready = 0  # records queued for partitions not held
         self._batch = 1
+
+    def _new_consumer(self) -> Consumer:
+        """A librdkafka consumer whose callbacks reach this object while it is the current
+        one (a retired consumer's late answers are ignored)."""
+        me = weakref.ref(self)  # the consumer's callbacks must not keep this object alive
+        generation = self._generation
+
+        def on_commit(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+            owner = me()
+            if owner is not None and owner._generation == generation:
+                owner._answer(err, partitions)
+
+        def on_stats(report: str) -> None:
+            owner = me()
+            if owner is not None and owner._generation == generation:
+                owner._count_brokers(report)
+
+        return Consumer({**self._conf, "on_commit": on_commit, "stats_cb": on_stats})
 
     # -- membership
 
@@ -93,7 +130,7 @@ class WorkerConsumer:
     def assign(self, tp: TopicPartition) -> None:
         """Start fetching `tp` at its offset."""
         self.consumer.incremental_assign([tp])
-        self._assigned.add((tp.topic, tp.partition))
+        self._assigned[(tp.topic, tp.partition)] = tp.offset
 
     def leave(self, key: Key, on_commit: CommitHandler) -> None:
         """Stop fetching the partition `on_commit`'s owner joined with and forget its queue
@@ -107,13 +144,13 @@ class WorkerConsumer:
             self.consumer.close()
 
     def _forget(self, key: Key) -> None:
-        if key in self._assigned:
-            self._assigned.discard(key)
+        if self._assigned.pop(key, None) is not None:
             self.consumer.incremental_unassign([TopicPartition(*key)])
         queue = self._queues.pop(key, None)
         if queue is not None and key not in self._held:
             self._ready -= len(queue)
         self._handlers.pop(key, None)
+        self._inflight.pop(key, None)
         self._held.discard(key)
 
     # -- records
@@ -127,6 +164,7 @@ class WorkerConsumer:
         """Consume up to `n` records (serving commit answers too) into their partitions'
         queues; returns how many came."""
         msgs = self.consumer.consume(n, timeout)
+        self._served = time.monotonic()
         if not msgs:
             return 0
         queues = self._queues
@@ -182,6 +220,60 @@ class WorkerConsumer:
             else:
                 self.consumer.resume(tp)
 
+    # -- a consumer that knows no broker
+
+    def tend(self) -> None:
+        """Called by every partition's read and before every final commit: serve the
+        callbacks if nothing consumed for a while, and replace a consumer that knows no
+        broker (see the module docstring)."""
+        if time.monotonic() - self._served > SERVE_EVERY_S:
+            self.fill(1, 0)  # a record it brings waits in its queue
+        if self._brokerless >= BROKERLESS_REPORTS:
+            self._renew()
+
+    def _count_brokers(self, report: str) -> None:
+        try:
+            brokers = orjson.loads(report).get("brokers", {}).values()
+        except (orjson.JSONDecodeError, AttributeError):
+            return
+        known = any(b.get("source") in ("configured", "learned") for b in brokers)
+        self._brokerless = 0 if known else self._brokerless + 1
+
+    def _renew(self) -> None:
+        """Replace the consumer by a new one that reads every partition on from the last
+        record queued here (`position`), with the same partitions paused."""
+        old = self.consumer
+        keys = list(self._assigned)
+        positions = old.position([TopicPartition(*k) for k in keys]) if keys else []
+        starts = [
+            TopicPartition(tp.topic, tp.partition, tp.offset)
+            if tp.offset >= 0
+            else TopicPartition(tp.topic, tp.partition, self._assigned[(tp.topic, tp.partition)])
+            for tp in positions
+        ]
+        self._generation += 1
+        self._brokerless = 0
+        self.renewals += 1
+        self.consumer = self._new_consumer()
+        if starts:
+            self.consumer.incremental_assign(starts)
+        held = [TopicPartition(*k) for k in keys if k in self._held]
+        if held:
+            self.consumer.pause(held)
+        # Closing a consumer that knows no broker takes about 45 s: not on this thread.
+        threading.Thread(target=_close, args=(old,), name="retired-consumer", daemon=True).start()
+        logger.warning(
+            "the Kafka consumer of %d partition(s) knew no broker for %d statistics "
+            "reports (librdkafka issue #5301): replaced by a new one, which reads each "
+            "partition on from its last record read",
+            len(keys), BROKERLESS_REPORTS,
+        )  # fmt: skip
+        lost, self._inflight = self._inflight, {}
+        for key, count in lost.items():
+            if count:
+                why = KafkaError(KafkaError._TRANSPORT, "consumer replaced before Kafka answered")
+                self._handle(key, why, [TopicPartition(*key)])
+
     def _broadcast(self, m: Message) -> None:
         """An error of no partition this worker reads: a topic's (partition -1) or the
         consumer's goes to every queue it concerns, so that each partition reports it."""
@@ -197,6 +289,8 @@ class WorkerConsumer:
     def commit(self, tp: TopicPartition) -> None:
         """Commit asynchronously; the answer goes to the partition's handler."""
         self.consumer.commit(offsets=[tp], asynchronous=True)
+        key = (tp.topic, tp.partition)
+        self._inflight[key] = self._inflight.get(key, 0) + 1
 
     @contextlib.contextmanager
     def answers_only(self) -> Iterator[None]:
@@ -209,7 +303,11 @@ class WorkerConsumer:
             yield
         finally:
             if tps and not self.closed:
-                self.consumer.resume(tps)
+                self.consumer.resume(tps)  # the current consumer's: `_renew` may have run
+
+    def inflight(self, key: Key) -> int:
+        """Asynchronous commits of `key` Kafka has not answered yet."""
+        return self._inflight.get(key, 0)
 
     def _answer(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """Route Kafka's answer to a commit to the partition(s) it names (librdkafka
@@ -217,7 +315,17 @@ class WorkerConsumer:
         if not partitions:
             logger.warning("an offset commit answer named no partition: %s", err)
         for key in {(tp.topic, tp.partition) for tp in partitions}:
-            ref = self._handlers.get(key)
-            handler = ref() if ref is not None else None
-            if handler is not None:
-                handler(err, [tp for tp in partitions if (tp.topic, tp.partition) == key])
+            if self._inflight.get(key):
+                self._inflight[key] -= 1
+            self._handle(key, err, [tp for tp in partitions if (tp.topic, tp.partition) == key])
+
+    def _handle(self, key: Key, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        ref = self._handlers.get(key)
+        handler = ref() if ref is not None else None
+        if handler is not None:
+            handler(err, partitions)
+
+
+def _close(consumer: Consumer) -> None:
+    with contextlib.suppress(Exception):
+        consumer.close()

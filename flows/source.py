@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from flows import consumers, control, discovery, fencing, halt, metrics, shutdown, topics
 from flows.config import Settings
@@ -140,6 +140,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                     "queued.max.messages.kbytes": 16384,
                     "fetch.min.bytes": 65536,
                     "fetch.wait.max.ms": 50,
+                    # How a consumer that knows no broker is found (flows.consumers).
+                    "statistics.interval.ms": 5000,
                 },
                 **{
                     "group.id": settings.group_id,
@@ -150,7 +152,6 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                 },
             )
         )
-        self._consumer = self._shared.consumer
         self._shared.join(self._key, self._batch_size, self._on_commit)
         try:
             self._start(settings, topic, partition, resume_offset)
@@ -211,7 +212,6 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         # partitions added since (VERSION=offset) from offsets that merely expired.
         self._commit_metadata = discovery.commit_metadata(settings, topic)
         self._held_snapshotted = False
-        self._inflight = 0  # asynchronous commits not yet answered
         self._durable = self._next  # then each snapshot, once next_batch is called again
         if self._fence is not None and self._committed is not None:
             self._commit(self._committed, final=True)  # announce this owner (flows.fencing)
@@ -239,6 +239,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     @progress.tracked
     def next_batch(self) -> list[Message]:
         """Commit what the previous epoch made durable, then read what is ready (never blocks)."""
+        self._shared.tend()
         if not self._assigned:
             self._shared.assign(TopicPartition(self._topic, self._partition, self._next))
             self._assigned = True
@@ -334,6 +335,11 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
 
     # -- helpers
 
+    @property
+    def _consumer(self) -> Consumer:
+        """The worker's consumer now (`flows.consumers` may replace it)."""
+        return self._shared.consumer
+
     def _finishing(self) -> bool:
         return shutdown.requested() or (self._stop_at_end and self._next >= self._end)
 
@@ -374,12 +380,13 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             # land after this one and move the group back: let those finish first.
             deadline = time.monotonic() + 60
             with self._shared.answers_only():
-                while self._inflight and time.monotonic() < deadline:
+                while self._shared.inflight(self._key) and time.monotonic() < deadline:
                     self._shared.fill(1, 0.2)  # serves commit answers
                     progress.beat()
 
             # The last commit before stopping must land, or a restart replays the tail.
             def commit_now() -> None:
+                self._shared.tend()  # a consumer that knows no broker never answers
                 result = self._consumer.commit(offsets=[tp], asynchronous=False)
                 self._confirm(result or [])
                 if self._committed != offset:
@@ -389,12 +396,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             if self._fence is not None:
                 self._fence.released = release
         else:
-            self._inflight += 1
             self._shared.commit(tp)
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """Kafka's answer to a commit (served inside consume() or the final commit)."""
-        self._inflight = max(self._inflight - 1, 0)
         if err is not None:
             self.last_error = (time.time(), f"offset commit failed: {err}")
             logger.warning("source %s/%d: offset commit failed (retried next epoch): %s",

@@ -7,12 +7,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import orjson
 import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from flows import consumers, control, halt, shutdown
 from flows.config import Settings
-from flows.consumers import READY_BATCHES, WorkerConsumer
+from flows.consumers import BROKERLESS_REPORTS, READY_BATCHES, WorkerConsumer
 from flows.errors import RecordFailedError
 from flows.source import KafkaSourcePartition
 
@@ -22,6 +23,7 @@ class ScriptedConsumer:
 
     def __init__(self, conf: dict[str, Any]) -> None:
         self.on_commit = conf["on_commit"]
+        self.on_stats = conf["stats_cb"]
         self.batches: list[list[Message]] = []
         self.paused: set[tuple[str, int]] = set()
         self.assigned: dict[tuple[str, int], int] = {}
@@ -64,6 +66,11 @@ class ScriptedConsumer:
 
     def close(self) -> None:
         self.closed = True
+
+    def report(self, *sources: str) -> None:
+        """A statistics report listing brokers of these sources (librdkafka's JSON)."""
+        brokers = {f"b{i}": {"source": src, "state": "DOWN"} for i, src in enumerate(sources)}
+        self.on_stats(orjson.dumps({"brokers": brokers}).decode())
 
 
 def records(partition: int, offsets: range, topic: str = "t") -> list[Message]:
@@ -277,3 +284,69 @@ def test_waiting_for_commit_answers_fetches_nothing_meanwhile(worker):
     with worker.answers_only():
         assert fake(worker).paused == {("t", 0), ("t", 1)}
     assert fake(worker).paused == {("t", 1)}  # held before: still held
+
+
+def test_a_consumer_that_knows_no_broker_is_replaced_and_reads_on_after_its_queues(worker):
+    """librdkafka #5301: statistics that list no configured or learned broker. The new
+    consumer starts each partition after the last record queued (its old position), with
+    the same partitions paused; queued records stay; unanswered commits fail."""
+    a0, a1 = join(worker, 0), join(worker, 1)
+    worker.join(("t", 2), 10, Answers().record)
+    worker.assign(TopicPartition("t", 2, 7))  # nothing read yet: its assigned offset
+    old = fake(worker)
+    old.batches = [records(0, range(5)) + records(1, range(3))]
+    worker.fill(100, 0)
+    old.positions = {("t", 0): 5, ("t", 1): 3}
+    assert [m.offset() for m in worker.take(("t", 0), 2)] == [0, 1]
+    worker.hold(("t", 1), True)
+    worker.commit(TopicPartition("t", 0, 2))
+    for _ in range(BROKERLESS_REPORTS):
+        worker.tend()
+        assert fake(worker) is old
+        old.report("logical", "internal")
+    worker.tend()
+    new = fake(worker)
+    assert new is not old and worker.renewals == 1
+    assert new.assigned == {("t", 0): 5, ("t", 1): 3, ("t", 2): 7}
+    assert new.paused == {("t", 1)}
+    assert [m.offset() for m in worker.take(("t", 0), 10)] == [2, 3, 4]
+    assert [(err is not None, tps) for err, tps in a0.got] == [(True, [(0, -1001)])]
+    assert worker.inflight(("t", 0)) == 0 and a1.got == []
+    old.on_commit(None, [TopicPartition("t", 0, 2)])  # the retired consumer's late answer
+    old.report("logical")
+    assert len(a0.got) == 1
+    worker.tend()
+    assert fake(worker) is new
+    for _ in range(50):  # closed on a thread of its own: it can take ~45 s
+        if old.closed:
+            break
+        threading.Event().wait(0.01)
+    assert old.closed
+
+
+def test_an_outage_or_one_brokerless_report_replaces_nothing(worker):
+    """In an outage the brokers are still listed (down); a re-bootstrap lists the
+    configured ones again: only consecutive brokerless reports count."""
+    join(worker, 0)
+    old = fake(worker)
+    for _ in range(2 * BROKERLESS_REPORTS):
+        old.report("learned", "logical")
+        worker.tend()
+    for _ in range(3):
+        for _ in range(BROKERLESS_REPORTS - 1):
+            old.report("logical")
+        old.report("configured", "logical")
+        worker.tend()
+    old.on_stats("not json")
+    worker.tend()
+    assert fake(worker) is old and worker.renewals == 0
+
+
+def test_tend_serves_callbacks_when_nothing_consumed_for_a_while(worker, monkeypatch):
+    join(worker, 0)
+    calls = fake(worker).calls
+    worker.tend()
+    assert calls == []
+    monkeypatch.setattr(consumers, "SERVE_EVERY_S", 0.0)
+    worker.tend()
+    assert calls == ["consume"]
