@@ -86,6 +86,29 @@ def chunks(
         start = end
 
 
+def whole_requests(
+    actions: list[Action], total: int, max_actions: int, max_bytes: int
+) -> tuple[int, int]:
+    """How many leading actions fill whole requests (as `chunks` splits them), and their
+    bytes; `total` is the bytes of all of `actions`. The rest would make a request below
+    both limits: a partition that reached a limit keeps it for its next bulk instead of
+    sending a second, small request."""
+    if total < max_bytes:  # only the action limit cuts: look at the tail alone
+        n = len(actions) - len(actions) % max_actions
+        return n, total - sum([len(a.data) for a in actions[n:]])
+    ends = list(accumulate([len(a.data) for a in actions]))
+    n = len(ends)
+    start = base = 0
+    while start < n:
+        end = bisect_right(ends, base + max_bytes, start, min(n, start + max_actions))
+        end = max(end, start + 1)
+        if end == n and end - start < max_actions and ends[-1] - base < max_bytes:
+            break  # the tail: it reached neither limit
+        base = ends[end - 1]
+        start = end
+    return start, base
+
+
 def send(client: Elasticsearch, actions: list[Action]) -> Mapping[str, Any]:
     """One `_bulk` request of `actions`; its (filtered) answer. Raises the transport's
     errors (see `TRANSPORT_ERRORS`)."""

@@ -5,7 +5,8 @@ Each document is routed to one of ES_SINK_PARTITIONS partitions by a stable hash
 partition, in order. A partition buffers encoded actions and, when BULK_MAX_ACTIONS,
 BULK_MAX_BYTES or BULK_LINGER_MS is reached, hands the buffer to a background thread that
 sends it (`workers`), so the worker goes on reading and encoding while Elasticsearch
-indexes. A partition has at most one buffer in flight (which keeps writes to a document in
+indexes. At a size limit only the full requests go; the few actions past it wait for the
+next bulk. A partition has at most one buffer in flight (which keeps writes to a document in
 order) and a process at most ES_MAX_IN_FLIGHT; `write_batch` waits for the partition's
 previous one, which bounds memory and back-pressures the source. `snapshot()` sends the
 rest and waits for all of it: Bytewax finishes an epoch, and the source then commits its
@@ -141,11 +142,9 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
                 added += sum([len(a.data) for a in chunk])
             self._bytes += added
             over_budget = self._held.add(added)
-            if (
-                len(self._buf) >= self._max_actions
-                or self._bytes >= self._max_bytes
-                or (self._idle() and self._clock.monotonic() - self._oldest >= self._linger_s)
-            ):
+            if len(self._buf) >= self._max_actions or self._bytes >= self._max_bytes:
+                self._dispatch(whole=True)
+            elif self._idle() and self._clock.monotonic() - self._oldest >= self._linger_s:
                 self._dispatch()
             elif over_budget:
                 self._over_budget()
@@ -251,16 +250,28 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         else:
             self._held.wait_below_limit()
 
-    def _dispatch(self) -> None:
-        """Wait for this partition's bulk in flight, then send the buffer in the background."""
+    def _dispatch(self, whole: bool = False) -> None:
+        """Wait for this partition's bulk in flight, then send the buffer in the background;
+        `whole`: only the requests it fills up to a limit, keeping the tail for the next bulk
+        (a buffer that just passed BULK_MAX_ACTIONS by a few actions would otherwise make a
+        second request of those few, each with Elasticsearch's per-request cost)."""
         self._join()
         if not self._buf:
             return
         buf = self._buf
-        self._buf = []
-        self._held.sending(self._bytes)
-        self._bytes = 0
-        self._gauge.set(0)
+        size = self._bytes
+        if whole:
+            n, size = bulk.whole_requests(buf, size, self._max_actions, self._max_bytes)
+            if n == 0:
+                return
+            buf, self._buf = buf[:n], buf[n:]
+            if self._buf:  # the tail came with the latest writes
+                self._oldest = self._clock.monotonic()
+        else:
+            self._buf = []
+        self._held.sending(size)
+        self._bytes -= size
+        self._gauge.set(len(self._buf))
         self._inflight = bulk_pool(self._max_in_flight).submit(self._send_all, buf)
 
     def _join(self) -> None:

@@ -5,6 +5,7 @@ a node cannot be made to answer so (overload, 5xx, security), by answers written
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -353,8 +354,6 @@ def _chunks_one_by_one(acts: list[Action], max_actions: int, max_bytes: int) -> 
 
 
 def test_chunks_split_as_a_loop_over_each_action_would() -> None:
-    import random
-
     rng = random.Random(14)
     rec = Record("t", 0, 0, None, None, b"")
     for _ in range(300):
@@ -365,3 +364,20 @@ def test_chunks_split_as_a_loop_over_each_action_would() -> None:
         max_actions, max_bytes = rng.randrange(1, 12), rng.choice((1, 40, 300, 1000, 10**6))
         got = list(bulk.chunks(acts, max_actions, max_bytes))
         assert got == _chunks_one_by_one(acts, max_actions, max_bytes)
+
+
+def test_whole_requests_are_the_chunks_before_a_tail_below_both_limits() -> None:
+    rng = random.Random(15)
+    rec = Record("t", 0, 0, None, None, b"")
+    for _ in range(300):
+        acts = [
+            Action(str(i), b"x" * rng.choice((0, 1, 5, 50, 300)), rec)
+            for i in range(rng.randrange(0, 40))
+        ]
+        max_actions, max_bytes = rng.randrange(1, 12), rng.choice((1, 40, 300, 1000, 10**6))
+        runs = list(bulk.chunks(acts, max_actions, max_bytes))
+        if runs and len(runs[-1][0]) < max_actions and runs[-1][1] < max_bytes:
+            runs.pop()  # the tail: it reached neither limit
+        total = sum(len(a.data) for a in acts)
+        n, size = bulk.whole_requests(acts, total, max_actions, max_bytes)
+        assert (n, size) == (sum(len(c) for c, _ in runs), sum(s for _, s in runs))

@@ -579,8 +579,30 @@ def test_flush_at_bulk_max_bytes_keeps_each_request_within_the_limit() -> None:
     assert rig.client.requests == []
     rig.part.write_batch([acts[3:]])
     rig.settle()
+    assert [rig.client.ids(i) for i in range(len(rig.client.requests))] == [["a", "b", "c"]]
+    rig.part.snapshot()  # "d" waited for the next bulk; the epoch's end sends it
     assert [rig.client.ids(i) for i in range(2)] == [["a", "b", "c"], ["d"]]
     assert all(len(r) <= 1024 for r in rig.client.requests)
+
+
+def test_a_limit_reached_sends_the_full_bulk_and_keeps_the_few_past_it() -> None:
+    """A buffer a write took a few actions past BULK_MAX_ACTIONS sends one full request and
+    keeps those few for the next bulk, rather than a second request of a few documents."""
+    rig = Rig(FakeClient(), BULK_MAX_ACTIONS="3", BULK_LINGER_MS="500")
+    rig.part.write_batch([rig.actions("a", "b")])
+    rig.clock.now += 0.4
+    rig.part.write_batch([rig.actions("c", "d")])
+    rig.settle()
+    assert [rig.client.ids(i) for i in range(len(rig.client.requests))] == [["a", "b", "c"]]
+    assert len(rig.part._buf) == 1
+    assert rig.part._bytes == len(rig.part._buf[0].data)
+    rig.clock.now += 0.4  # "d" has waited 400 ms, not the 800 ms since "a" came
+    rig.part.write_batch([])
+    assert len(rig.settle()) == 1
+    rig.clock.now += 0.1
+    rig.part.write_batch([rig.actions("e")])
+    rig.settle()
+    assert rig.client.ids(1) == ["d", "e"]
 
 
 def test_flush_after_bulk_linger_ms() -> None:
@@ -739,7 +761,10 @@ def test_large_buffer_is_sent_in_several_requests_within_the_limits() -> None:
     acts = rig.actions(*ids)
     rig.part.write_batch([acts[:4], acts[4:]])
     rig.settle()
-    assert [rig.client.ids(i) for i in range(3)] == [ids[0:3], ids[3:6], ids[6:8]]
+    assert [rig.client.ids(i) for i in range(2)] == [ids[0:3], ids[3:6]]
+    assert len(rig.client.requests) == 2  # ids[6:8] fill no request: they wait
+    rig.part.snapshot()
+    assert rig.client.ids(2) == ids[6:8]
     assert len(rig.client.requests) == 3
     assert b"".join(rig.client.requests) == b"".join(a.data for a in acts)
 
@@ -762,7 +787,7 @@ def test_an_action_larger_than_bulk_max_bytes_goes_alone() -> None:
     small = rig.actions("a")
     big = rig.actions("big", pad=2000)
     rig.part.write_batch([small + big + rig.actions("c")])
-    rig.settle()
+    rig.part.snapshot()
     assert [rig.client.ids(i) for i in range(3)] == [["a"], ["big"], ["c"]]
 
 
