@@ -134,8 +134,9 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
     def write_batch(self, items: list[Chunk]) -> None:
         """Buffer the actions; send them in the background once a limit is reached."""
         with self._lock:
+            now = self._clock.monotonic()
             if not self._buf:
-                self._oldest = self._clock.monotonic()
+                self._oldest = now
             added = 0
             for chunk in items:
                 self._buf.extend(chunk)
@@ -143,8 +144,8 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
             self._bytes += added
             over_budget = self._held.add(added)
             if len(self._buf) >= self._max_actions or self._bytes >= self._max_bytes:
-                self._dispatch(whole=True)
-            elif self._idle() and self._clock.monotonic() - self._oldest >= self._linger_s:
+                self._dispatch(tail_since=now)
+            elif self._idle() and now - self._oldest >= self._linger_s:
                 self._dispatch()
             elif over_budget:
                 self._over_budget()
@@ -250,25 +251,24 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         else:
             self._held.wait_below_limit()
 
-    def _dispatch(self, whole: bool = False) -> None:
-        """Wait for this partition's bulk in flight, then send the buffer in the background;
-        `whole`: only the requests it fills up to a limit, keeping the tail for the next bulk
-        (a buffer that just passed BULK_MAX_ACTIONS by a few actions would otherwise make a
-        second request of those few, each with Elasticsearch's per-request cost)."""
+    def _dispatch(self, tail_since: float | None = None) -> None:
+        """Wait for this partition's bulk in flight, then send the buffer in the background.
+
+        With `tail_since` (the time the latest write came in), send only the requests the
+        buffer fills up to a limit and keep the rest, which came with that write, for the
+        next bulk: a buffer a write took a few actions past BULK_MAX_ACTIONS would
+        otherwise make a second request of those few, each with Elasticsearch's
+        per-request cost."""
         self._join()
         if not self._buf:
             return
-        buf = self._buf
-        size = self._bytes
-        if whole:
-            n, size = bulk.whole_requests(buf, size, self._max_actions, self._max_bytes)
-            if n == 0:
-                return
-            buf, self._buf = buf[:n], buf[n:]
-            if self._buf:  # the tail came with the latest writes
-                self._oldest = self._clock.monotonic()
-        else:
-            self._buf = []
+        buf, size = self._buf, self._bytes
+        self._buf = []
+        if tail_since is not None:
+            n, whole = bulk.whole_requests(buf, size, self._max_actions, self._max_bytes)
+            if 0 < n < len(buf):  # (0 only with a byte count gone wrong: send it all)
+                buf, self._buf, size = buf[:n], buf[n:], whole
+                self._oldest = tail_since
         self._held.sending(size)
         self._bytes -= size
         self._gauge.set(len(self._buf))

@@ -4,6 +4,7 @@ a node cannot be made to answer so (overload, 5xx, security), by answers written
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -381,3 +382,20 @@ def test_whole_requests_are_the_chunks_before_a_tail_below_both_limits() -> None
         total = sum(len(a.data) for a in acts)
         n, size = bulk.whole_requests(acts, total, max_actions, max_bytes)
         assert (n, size) == (sum(len(c) for c, _ in runs), sum(s for _, s in runs))
+
+
+def test_whole_requests_at_every_small_boundary() -> None:
+    """Every buffer of up to 5 actions of 0-5 bytes, against every small limit: the exact
+    boundaries (a total equal to the byte limit) that random sizes rarely hit."""
+    rec = Record("t", 0, 0, None, None, b"")
+    for k in range(6):
+        for sizes in itertools.product((0, 1, 2, 3, 5), repeat=k):
+            acts = [Action(str(i), b"x" * n, rec) for i, n in enumerate(sizes)]
+            for max_actions in range(1, 7):
+                for max_bytes in range(1, 14):
+                    runs = list(bulk.chunks(acts, max_actions, max_bytes))
+                    if runs and len(runs[-1][0]) < max_actions and runs[-1][1] < max_bytes:
+                        runs.pop()
+                    want = (sum(len(c) for c, _ in runs), sum(n for _, n in runs))
+                    got = bulk.whole_requests(acts, sum(sizes), max_actions, max_bytes)
+                    assert got == want, (sizes, max_actions, max_bytes)

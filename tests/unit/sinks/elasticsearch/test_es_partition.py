@@ -605,6 +605,37 @@ def test_a_limit_reached_sends_the_full_bulk_and_keeps_the_few_past_it() -> None
     assert rig.client.ids(1) == ["d", "e"]
 
 
+def test_a_kept_tail_stays_counted_until_it_is_sent() -> None:
+    rig = Rig(FakeClient(), BULK_MAX_ACTIONS="3", BULK_LINGER_MS="60000")
+    held = rig.part._held
+    before = (held._held, held._sending)
+    rig.part.write_batch([rig.actions(*"abcdefgh")])
+    rig.settle()
+    tail = sum(len(a.data) for a in rig.part._buf)
+    assert [len(rig.part._buf), rig.part._bytes] == [2, tail]
+    assert (held._held - before[0], held._sending - before[1]) == (tail, 0)
+    rig.part.snapshot()
+    assert (held._held, held._sending, rig.part._bytes) == (*before, 0)
+
+
+def test_the_linger_ticker_sends_a_kept_tail() -> None:
+    rig = Rig(FakeClient(), BULK_MAX_ACTIONS="3", BULK_LINGER_MS="500")
+    rig.part.write_batch([rig.actions(*"abcd")])
+    rig.settle()
+    rig.clock.now += 0.6
+    rig.part.linger()
+    rig.settle()
+    assert rig.client.ids(1) == ["d"]
+
+
+def test_a_stop_elsewhere_sends_a_kept_tail() -> None:
+    rig = Rig(FakeClient(), BULK_MAX_ACTIONS="3", BULK_LINGER_MS="60000")
+    rig.part.write_batch([rig.actions(*"abcd")])
+    assert rig.part.send_before_stop(time.monotonic() + 5)
+    rig.settle()
+    assert rig.client.ids(1) == ["d"]
+
+
 def test_flush_after_bulk_linger_ms() -> None:
     rig = Rig(FakeClient(), BULK_LINGER_MS="500")
     rig.part.write_batch([rig.actions("a")])
