@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -279,8 +280,10 @@ def plot(rows: list[Row], path: Path, title: str) -> None:
         b.margins(y=0.2)
         for ax in (a, b):
             ax.tick_params(axis="x", labelrotation=20)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    # A run of several variants has a long title: wrapped, and kept above the charts.
+    lines = textwrap.wrap(title, 120)
+    fig.suptitle("\n".join(lines), fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.22 * len(lines) / fig.get_figheight()))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
