@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -354,34 +355,37 @@ def _chunks_one_by_one(acts: list[Action], max_actions: int, max_bytes: int) -> 
     return out
 
 
-def test_chunks_split_as_a_loop_over_each_action_would() -> None:
-    rng = random.Random(14)
+def _random_buffers(seed: int) -> Iterator[tuple[list[Action], int, int]]:
+    """300 buffers of 0-39 actions of assorted sizes, each with random limits."""
+    rng = random.Random(seed)
     rec = Record("t", 0, 0, None, None, b"")
     for _ in range(300):
         acts = [
             Action(str(i), b"x" * rng.choice((0, 1, 5, 50, 300)), rec)
             for i in range(rng.randrange(0, 40))
         ]
-        max_actions, max_bytes = rng.randrange(1, 12), rng.choice((1, 40, 300, 1000, 10**6))
+        yield acts, rng.randrange(1, 12), rng.choice((1, 40, 300, 1000, 10**6))
+
+
+def _whole_by_chunks(acts: list[Action], max_actions: int, max_bytes: int) -> tuple[int, int]:
+    """What `whole_requests` must give: `chunks`' runs but a tail below both limits."""
+    runs = list(bulk.chunks(acts, max_actions, max_bytes))
+    if runs and len(runs[-1][0]) < max_actions and runs[-1][1] < max_bytes:
+        runs.pop()
+    return sum(len(c) for c, _ in runs), sum(n for _, n in runs)
+
+
+def test_chunks_split_as_a_loop_over_each_action_would() -> None:
+    for acts, max_actions, max_bytes in _random_buffers(14):
         got = list(bulk.chunks(acts, max_actions, max_bytes))
         assert got == _chunks_one_by_one(acts, max_actions, max_bytes)
 
 
 def test_whole_requests_are_the_chunks_before_a_tail_below_both_limits() -> None:
-    rng = random.Random(15)
-    rec = Record("t", 0, 0, None, None, b"")
-    for _ in range(300):
-        acts = [
-            Action(str(i), b"x" * rng.choice((0, 1, 5, 50, 300)), rec)
-            for i in range(rng.randrange(0, 40))
-        ]
-        max_actions, max_bytes = rng.randrange(1, 12), rng.choice((1, 40, 300, 1000, 10**6))
-        runs = list(bulk.chunks(acts, max_actions, max_bytes))
-        if runs and len(runs[-1][0]) < max_actions and runs[-1][1] < max_bytes:
-            runs.pop()  # the tail: it reached neither limit
+    for acts, max_actions, max_bytes in _random_buffers(15):
         total = sum(len(a.data) for a in acts)
-        n, size = bulk.whole_requests(acts, total, max_actions, max_bytes)
-        assert (n, size) == (sum(len(c) for c, _ in runs), sum(s for _, s in runs))
+        got = bulk.whole_requests(acts, total, max_actions, max_bytes)
+        assert got == _whole_by_chunks(acts, max_actions, max_bytes)
 
 
 def test_whole_requests_at_every_small_boundary() -> None:
@@ -393,9 +397,6 @@ def test_whole_requests_at_every_small_boundary() -> None:
             acts = [Action(str(i), b"x" * n, rec) for i, n in enumerate(sizes)]
             for max_actions in range(1, 7):
                 for max_bytes in range(1, 14):
-                    runs = list(bulk.chunks(acts, max_actions, max_bytes))
-                    if runs and len(runs[-1][0]) < max_actions and runs[-1][1] < max_bytes:
-                        runs.pop()
-                    want = (sum(len(c) for c, _ in runs), sum(n for _, n in runs))
                     got = bulk.whole_requests(acts, sum(sizes), max_actions, max_bytes)
+                    want = _whole_by_chunks(acts, max_actions, max_bytes)
                     assert got == want, (sizes, max_actions, max_bytes)
