@@ -26,7 +26,7 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, filterfalse
 from typing import Any
 
 import orjson
@@ -199,8 +199,9 @@ class Call:
             if self.not_found:  # deletes re-sent behind a retried write (F4) found it now
                 self.not_found.difference_update(id(a) for a in pending)
             return
-        for i in verdict.written:
-            self.not_found.discard(id(pending[i]))
+        if self.not_found:  # deletes an earlier attempt found missing (rare)
+            for i in verdict.written:
+                self.not_found.discard(id(pending[i]))
         for i in verdict.not_found:
             self.not_found.add(id(pending[i]))
         if verdict.missing:
@@ -264,17 +265,24 @@ def classify(
     budgeted = False
     counted: list[int] = []
     rejected: dict[int, DeadLetter] = {}
-    written: list[int] = []
     not_found: list[int] = []
     missing: list[int] = []
     retried: Counter[str] = Counter()
     alone = len(pending) == 1  # then the request's bytes are this action's
-    for i, (action, item) in enumerate(zip(pending, answer["items"], strict=True)):
-        ((op, result),) = item.items()
+    items = answer["items"]
+    if len(items) != len(pending):
+        msg = f"the bulk answer has {len(items)} items for {len(pending)} actions"
+        raise ValueError(msg)
+    # Typically a few items of thousands fail: find them in one comprehension, then look
+    # at those alone.
+    failed = [
+        i for i, item in enumerate(items) for result in item.values() if result["status"] >= 300
+    ]
+    written = filterfalse(set(failed).__contains__, range(len(items)))  # answered 2xx
+    for i in failed:
+        action = pending[i]
+        ((op, result),) = items[i].items()
         status = result["status"]
-        if status < 300:
-            written.append(i)
-            continue
         error = result.get("error") or {}
         etype = error.get("type", "") if isinstance(error, dict) else str(error)
         if status == 409 and op in rules.conflict_done:
