@@ -1,0 +1,109 @@
+"""Micro-benchmarks of per-record steps without Kafka or Elasticsearch, for changes too
+small for an end-to-end run to resolve (docs/benchmarks.md):
+
+- the processor (decode, build the action, route) on the bench's small and large records;
+- the sink's reading of a `_bulk` answer with errors (classify it, apply it to the call's
+  account, find the failed records) at 0.5% and 5% of items refused.
+
+CPU µs per record or answer item, the best of several rounds:
+
+    .venv/bin/python -m bench.micro
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+import time
+from collections.abc import Callable
+
+import orjson
+
+from bench.data import make_doc
+
+ROUNDS = 7
+BULK_ITEMS = 5000
+
+
+def best_us(fn: Callable[[], object], n: int) -> float:
+    """The fastest of ROUNDS calls of `fn`, in CPU µs per one of its `n` items."""
+    best = float("inf")
+    for _ in range(ROUNDS):
+        gc.collect()
+        gc.disable()
+        try:
+            t0 = time.process_time()
+            fn()
+            best = min(best, time.process_time() - t0)
+        finally:
+            gc.enable()
+    return best / n * 1e6
+
+
+def processor_us(variant: str, n: int = 20000) -> float:
+    from confluent_kafka import Message
+
+    from flows.config import Settings
+    from flows.process import Processor
+
+    rng = random.Random(1)
+    msgs = [
+        Message(
+            topic="t", partition=i % 8, offset=i, key=b"k%09d" % i, headers=None,
+            value=orjson.dumps(make_doc(variant, rng, i)), timestamp=(1, 1_700_000_000_000 + i),
+        )
+        for i in range(n)
+    ]  # fmt: skip
+    msgs.sort(key=lambda m: m.partition())  # a batch holds runs of one Kafka partition
+    batches = [msgs[i : i + 500] for i in range(0, n, 500)]
+    proc = Processor(Settings.load(), [], 8)
+
+    def run() -> None:
+        for batch in batches:
+            proc(batch)
+
+    return best_us(run, n)
+
+
+def bulk_answer_us(refused: int) -> float:
+    from sinks.backoff import SYSTEM_CLOCK, Backoff
+    from sinks.elasticsearch import bulk
+    from sinks.model import Action, Record
+
+    bad = set(random.Random(2).sample(range(BULK_ITEMS), refused))
+    actions = [
+        Action(f"k{i}", b'{"index":{"_id":"k%d"}}\n{}\n' % i, Record("t", 0, i, None, None, b"{}"))
+        for i in range(BULK_ITEMS)
+    ]
+    error = {"type": "mapper_parsing_exception", "reason": "failed to parse field [a]"}
+    answer = {
+        "errors": True,
+        "items": [
+            {"index": {"status": 400, "error": error} if i in bad else {"status": 201}}
+            for i in range(BULK_ITEMS)
+        ],
+    }
+    backoff = Backoff(0.1, 1.0, 10.0)
+
+    def run() -> None:
+        call = bulk.Call(backoff.start(SYSTEM_CLOCK, random.random))
+        verdict = bulk.classify(actions, answer, call, rules=bulk.Rules(), item_retry_max=3)
+        call.record(actions, verdict)
+        assert len(call.failed_records(actions)) == refused
+
+    return best_us(run, BULK_ITEMS)
+
+
+def main() -> None:
+    os.environ.setdefault("KAFKA_TOPICS", "t")  # the processor's settings need a topic
+    for variant in ("small", "large"):
+        print(f"processor, {variant} records: {processor_us(variant):.2f} µs/record")
+    for refused in (BULK_ITEMS // 200, BULK_ITEMS // 20):
+        share = refused / BULK_ITEMS
+        us = bulk_answer_us(refused)
+        print(f"bulk answer with {share:.1%} refused: {us:.3f} µs/item")
+
+
+if __name__ == "__main__":
+    main()
