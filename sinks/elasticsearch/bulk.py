@@ -274,9 +274,13 @@ def classify(
         msg = f"the bulk answer has {len(items)} items for {len(pending)} actions"
         raise ValueError(msg)
     # Typically a few items of thousands fail: find them in one comprehension, then look
-    # at those alone.
+    # at those alone. `(result,)` takes each item's one operation: an item of another
+    # shape raises (ValueError), as it must, rather than pass as written.
     failed = [
-        i for i, item in enumerate(items) for result in item.values() if result["status"] >= 300
+        i
+        for i, item in enumerate(items)
+        for (result,) in (item.values(),)
+        if result["status"] >= 300
     ]
     written = filterfalse(set(failed).__contains__, range(len(items)))  # answered 2xx
     for i in failed:

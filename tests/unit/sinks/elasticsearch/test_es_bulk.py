@@ -96,6 +96,17 @@ def test_recorded_mixed_answer_item_by_item() -> None:
     assert rejected[6].error_class == "elasticsearch.routing_missing_exception"
 
 
+@pytest.mark.parametrize(
+    "odd", [{}, {"index": {"status": 201}, "create": {"status": 201}}], ids=["none", "two"]
+)
+def test_an_item_without_exactly_one_operation_is_never_taken_as_written(odd: Any) -> None:
+    """No node answers so; a proxy that mangles the answer must stop the flow rather than
+    have a document counted as indexed (and its offset committed)."""
+    answer = {"errors": True, "items": [{"index": {"status": 429, "error": {}}}, odd]}
+    with pytest.raises(ValueError):
+        classify([action("index", "a"), action("index", "b")], answer)
+
+
 def test_recorded_conflicts_are_done_when_a_conflict_means_the_document_is_there() -> None:
     """A create's 409 (whatever WRITE_METHOD: a transform may choose create for one
     record), and every write's under external versioning."""
