@@ -96,17 +96,13 @@ def whole_requests(
     if total < max_bytes:  # only the action limit cuts: look at the tail alone
         n = len(actions) - len(actions) % max_actions
         return n, total - sum([len(a.data) for a in actions[n:]])
-    ends = list(accumulate([len(a.data) for a in actions]))
-    n = len(ends)
-    start = base = 0
-    while start < n:
-        end = bisect_right(ends, base + max_bytes, start, min(n, start + max_actions))
-        end = max(end, start + 1)
-        if end == n and end - start < max_actions and ends[-1] - base < max_bytes:
+    n = size = 0
+    for run, run_bytes in chunks(actions, max_actions, max_bytes):
+        if n + len(run) == len(actions) and len(run) < max_actions and run_bytes < max_bytes:
             break  # the tail: it reached neither limit
-        base = ends[end - 1]
-        start = end
-    return start, base
+        n += len(run)
+        size += run_bytes
+    return n, size
 
 
 def send(client: Elasticsearch, actions: list[Action]) -> Mapping[str, Any]:
