@@ -53,7 +53,9 @@ def stop_on(key: tuple[str, int], peers: Sequence[Peer], bulks: Bulks) -> Record
     """The error to stop on, for a refused record of Kafka partition `key`: first every free
     peer sends its buffer, then the busy ones once free (within REFUSAL_WAIT_S), then the
     process's bulks in flight are waited for (REFUSAL_WAIT_S again): one of them may refuse
-    an earlier record of `key` (review F13)."""
+    an earlier record of `key` (review F13). A peer still busy is asked again after each
+    step of that wait, and what it then sends is waited for too: its buffer may hold an
+    earlier record behind the bulk that kept it busy (a tail kept at BULK_MAX_ACTIONS)."""
     now = time.monotonic()
     busy = [p for p in peers if not p.send_before_stop(now)]
     deadline = now + REFUSAL_WAIT_S
@@ -63,9 +65,15 @@ def stop_on(key: tuple[str, int], peers: Sequence[Peer], bulks: Bulks) -> Record
         busy = [p for p in busy if not p.send_before_stop(step)]
     others = bulks.in_flight()
     deadline = time.monotonic() + REFUSAL_WAIT_S
-    while others and left(deadline):
+    while (others or busy) and left(deadline):
         progress.beat()
-        others = list(wait(others, timeout=min(BEAT_S, left(deadline))).not_done)
+        step = min(deadline, time.monotonic() + BEAT_S)
+        if others:
+            others = list(wait(others, timeout=left(step)).not_done)
+            step = time.monotonic()  # waited already: the peers are only asked
+        if busy:
+            busy = [p for p in busy if not p.send_before_stop(step)]
+            others = bulks.in_flight()  # with what they sent
     error = earliest(key)
     logger.error("%s", error)
     return error

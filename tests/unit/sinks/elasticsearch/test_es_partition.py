@@ -1290,6 +1290,32 @@ def test_tolerance_none_waits_for_other_bulks_only_a_bounded_time(monkeypatch) -
     assert time.monotonic() - started < 2.0  # 0.2 s for the busy peer, 0.2 for its bulk
 
 
+def test_tolerance_none_sends_a_tail_kept_behind_a_slow_bulk_of_a_busy_peer(monkeypatch) -> None:
+    """S's head (K@1, K@2) is in flight past the first REFUSAL_WAIT_S and S keeps K@3,
+    which Elasticsearch refuses, as its tail: the stop asks S again while it waits for the
+    bulks in flight, so it names K@3, not P's K@7 (a hostile review)."""
+    monkeypatch.setattr("sinks.elasticsearch.refusals.REFUSAL_WAIT_S", 0.4)
+    s = Settings.load({"KAFKA_TOPICS": TOPIC, "BULK_LINGER_MS": "60000", "BULK_MAX_ACTIONS": "2"})
+    slow = GatedClient()
+    slow.default = {"s3": (400, MAPPER_ERROR)}
+    peer = EsSinkPartition(sink_config.es_sink(s), "es-0001", slow, None, clock=FakeClock())  # type: ignore[arg-type]
+    stopping = EsSinkPartition(
+        sink_config.es_sink(s),
+        "es-0000",
+        FakeClient({"p": (400, MAPPER_ERROR)}),  # type: ignore[arg-type]
+        None,
+        clock=FakeClock(),
+    )
+    peer.write_batch([make_actions(s, "s1", "s2", "s3", first_offset=1)])
+    assert slow.entered.acquire(timeout=10)  # the head is in flight, "s3" kept
+    stopping.write_batch([make_actions(s, "p", first_offset=7)])
+    threading.Timer(0.6, slow.gate.set).start()  # after the first wait, within the second
+    with pytest.raises(RecordFailedError) as info:
+        stopping.snapshot()
+    assert info.value.where == "orders/1@3"
+    assert [slow.ids(i) for i in range(len(slow.requests))] == [["s1", "s2"], ["s3"]]
+
+
 def test_tolerance_none_stop_beats_while_it_waits(monkeypatch) -> None:
     """The stop waits up to twice REFUSAL_WAIT_S for peers and bulks: in steps, each a
     sign of life, so that /health/live does not call the stopping worker wedged."""
