@@ -4,6 +4,8 @@ This is the per-record hot path, so it runs once per batch (`op.flat_map_batch`)
 decoders, transforms and action builder are compiled on the first batch, counters are
 bumped once per batch, and each document leaves as bytes already encoded for `_bulk`,
 grouped by sink partition so the exchange to the sink moves one item per partition.
+Without transforms a JSON value's 64-bit integer check, which reads every byte, runs only
+when its encoded action holds a `+` (`flows.decode.json.IntsChecked`).
 
 With ERRORS_TOLERANCE=none a failed record is held (`flows.halt`), not raised, so that a
 record before it that Elasticsearch refuses is the one the flow stops on. With `log` the
@@ -15,7 +17,7 @@ record not examined yet (`flows.halt.EXAMINED`).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
@@ -23,6 +25,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 from flows import halt, metrics, sink_config
 from flows.config import Settings
 from flows.decode import DecodeError, build_decoder
+from flows.decode.json import json_ints_checked_later
 from flows.errors import RecordFailedError
 from flows.record import DeadLetter, Doc, Record
 from flows.transforms import Transform, apply_transforms, build_transforms
@@ -49,6 +52,12 @@ class Processor:
         self._value = build_decoder(settings, "value")
         self._key = build_decoder(settings, "key")
         self._transforms = build_transforms(settings.transforms) + list(transforms)
+        # Without transforms each decoded value is encoded whole into its action, so JSON
+        # values leave their integer check until then (`flows.decode.json.IntsChecked`).
+        self._check_ints: Callable[[bytes], None] | None = None
+        later = None if self._transforms else json_ints_checked_later(settings)
+        if later is not None:
+            self._value, self._check_ints = later
         # Topics whose null values are Debezium's tombstones: the debezium transform, not
         # ON_NULL_VALUE, decides what they mean (checked only for records with a null value).
         self._cdc_tombstone = tombstone_topics(self._transforms)
@@ -64,6 +73,7 @@ class Processor:
         transforms, build = self._transforms, self._actions.build
         build_source = self._actions.build_source
         policy, trace = self._policy, self._trace
+        check_ints = self._check_ints
         n_parts = self._partitions
         chunks: dict[int, Actions] = {}
         failures: list[DeadLetter] = []
@@ -138,13 +148,20 @@ class Processor:
             if dead is None:
                 try:
                     if doc is None:  # no Doc made: what `build(Doc(rec, source, key))` does
-                        actions: Sequence[Action] = (build_source(rec, source, key),)
+                        action = build_source(rec, source, key)
+                        if check_ints is not None and b"+" in action.data:
+                            check_ints(rec.value)  # type: ignore[arg-type]  # not None
+                        actions: Sequence[Action] = (action,)
                     elif not transforms:
                         actions = (build(doc),)
                     else:
                         actions = [build(d) for d in docs]
                 except ActionError as e:
                     dead = DeadLetter.from_exception(rec, "index", e, trace)
+                    if check_ints is not None and doc is None:  # decoding's error comes first
+                        dead = self._int_error(rec, trace) or dead
+                except DecodeError as e:  # check_ints
+                    dead = DeadLetter.from_exception(rec, "deserialize", e, trace)
             if dead is not None:
                 if not tolerate:
                     halt.hold(rec.topic, rec.partition, rec.offset, policy.stop_error(dead))
@@ -178,6 +195,14 @@ class Processor:
             out.extend((str(f.record.partition % n_parts), f) for f in failures)
         out.extend((str(f.record.partition % n_parts), f) for f in routed)
         return out
+
+    def _int_error(self, rec: Record, trace: bool) -> DeadLetter | None:
+        """The dead letter of the integer check left until after encoding, if it fails."""
+        try:
+            self._check_ints(rec.value)  # type: ignore[misc,arg-type]  # set, value not None
+        except DecodeError as e:
+            return DeadLetter.from_exception(rec, "deserialize", e, trace)
+        return None
 
     def _tombstone(self, rec: Record, key: Any) -> Doc | DeadLetter | None:
         cdc = self._cdc_tombstone

@@ -133,12 +133,17 @@ def check_big_ints(data: bytes) -> None:
         raise DecodeError(msg) from None
 
 
+def check_ints(data: bytes) -> None:
+    """Raise DecodeError if valid JSON `data` has an integer outside 64 bits."""
+    if TWENTY_DIGITS in data.translate(DIGITS_TO_ZERO):
+        check_big_ints(data)
+
+
 def loads(data: bytes) -> Any:
     """`orjson.loads` with the extra integer check; any failure is a DecodeError."""
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         raise invalid_json(data, e) from None
-    if TWENTY_DIGITS in data.translate(DIGITS_TO_ZERO):
-        check_big_ints(data)
+    check_ints(data)
     return doc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
+from flows.config import Settings
 from flows.decode import DecodeError
+from flows.decode.json import json_ints_checked_later
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.unit.decode_support import (
@@ -73,6 +76,34 @@ def test_json_integer_and_digit_boundaries() -> None:
 def test_json_value_rejects(raw: bytes, fragment: str) -> None:
     with pytest.raises(DecodeError, match="(?i)" + fragment.replace("(", r"\(")):
         value_decoder("json")(rec(raw))
+
+
+@pytest.mark.parametrize(
+    "number",
+    [2**64, -(2**63) - 1, 10**30, -(10**25), 2**200, -(2**100), int("9" * 300)],
+    ids=lambda n: f"{len(str(n))}-digits",
+)
+@pytest.mark.parametrize("where", ["%s", "[0, %s]", '{"deeper": {"v": %s}}'])
+def test_an_integer_beyond_64_bits_leaves_a_plus_in_its_encoding(number: int, where: str) -> None:
+    """`IntsChecked`'s premise: decoded without the check, such an integer is a float that
+    orjson (and `json`, for what is too deep for orjson) encodes with `e+`; the late check
+    then raises what the checked decoder raises."""
+    raw = b'{"a": ' + (where % number).encode() + b"}"
+    later = json_ints_checked_later(Settings.load({"KAFKA_TOPICS": "t"}))
+    assert later is not None
+    doc = later.decode(rec(raw))
+    assert b"+" in orjson.dumps(doc)
+    assert "+" in json.dumps(doc)
+    with pytest.raises(DecodeError) as checked:
+        value_decoder("json")(rec(raw))
+    with pytest.raises(DecodeError) as late:
+        later.check(raw)
+    assert str(late.value) == str(checked.value)
+
+
+def test_other_formats_check_their_integers_themselves() -> None:
+    s = Settings.load({"KAFKA_TOPICS": "t", "VALUE_FORMAT": "connect-json"})
+    assert json_ints_checked_later(s) is None
 
 
 def test_decode_error_message_is_short() -> None:

@@ -18,6 +18,7 @@ from flows.errors import DeadLetterLimitError, RecordFailedError
 from flows.process import Processor, is_documents
 from flows.record import DeadLetter, Doc
 from sinks.actions import Action
+from tests import fuzz_inputs
 
 # `sample_transforms` sits next to this file; import it by whatever name pytest gave us.
 _PACKAGE = __name__.rpartition(".")[0]
@@ -282,6 +283,78 @@ def test_dead_letters_keep_the_original_bytes() -> None:
     assert letter.record.headers == tuple(headers)
     assert letter.record.timestamp == TS
     assert (letter.record.topic, letter.record.partition, letter.record.offset) == (TOPIC, 5, 3)
+
+
+# ------------------------------------------------ integers beyond 64 bits, checked late
+
+
+def _outcomes(out: list[tuple[str, Any]]) -> list[tuple[Any, ...]]:
+    """What a batch sends, comparable across processors."""
+    sent = [(p, a.id, a.data, a.record.offset) for p, c in chunks(out).items() for a in c]
+    dead = [(p, d.stage, d.error_class, d.message, d.record.offset) for p, d in letters(out)]
+    return sorted(sent) + sorted(dead)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"DOC_ID": "field:id"},
+        {"DOC_ID": "none"},
+        {"WRITE_METHOD": "update"},
+        {"WRITE_METHOD": "upsert"},
+        {"WRITE_METHOD": "script", "ES_SCRIPT_SOURCE": "ctx._source.putAll(params.doc)"},
+        {"ES_DATA_STREAM": "true", "ES_INDEX": "logs-x-y"},
+        {"ES_ROUTING": "key", "ES_PIPELINE": "p1"},
+    ],
+    ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()) or "defaults",
+)
+def test_json_values_without_transforms_fail_as_with_them(env: dict[str, str]) -> None:
+    """Without transforms a JSON value's 64-bit integer check runs only when its action
+    holds a `+` (`flows.decode.json.IntsChecked`); with a transform it runs in the decoder.
+    Over the fuzz inputs (every bad kind, integers beyond 64 bits in three places) both
+    send the same bytes and the same dead letters."""
+    cases = fuzz_inputs.generate(7, n_bad=1500)
+    batch = [
+        msg(c.value, c.key, offset=i, headers=list(c.headers) or None) for i, c in enumerate(cases)
+    ]
+    big = [i for i, c in enumerate(cases) if c.kind == "int_beyond_64_bits"]
+    assert len(big) > 20
+    s = tolerant(**env)
+    late = _outcomes(run(s, batch))
+    assert Processor(s, [], PARTS)._check_ints is not None  # the late check is what ran
+    assert late == _outcomes(run(s, batch, transforms=[lambda doc: doc]))
+    dead = {row[4]: row for row in late if len(row) == 5}
+    assert all(dead[i][1] == "deserialize" for i in big)
+
+
+def test_an_integer_beyond_64_bits_is_a_decode_error_before_an_action_error() -> None:
+    """The decoder's error comes first, as when it checked the integers itself."""
+    out = run(tolerant(DOC_ID="field:id"), [msg(b'{"n": 18446744073709551616}')])
+    ((_, letter),) = letters(out)
+    assert (letter.stage, letter.error_class) == ("deserialize", "flows.decode.DecodeError")
+    assert "does not fit in 64 bits" in letter.message
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b'{"big": 1e+300, "small": -2.5e+17}',  # floats with an exponent: a `+`, no big int
+        b'{"text": "+1 12345678901234567890123"}',  # digits in a string: the exact check
+        b'{"n": 18446744073709551615, "m": -9223372036854775808}',  # the 64-bit extremes
+    ],
+)
+def test_a_plus_without_a_big_integer_is_indexed(value: bytes) -> None:
+    (action,) = all_actions(run(tolerant(), [msg(value)]))
+    assert action_lines(action)[1] == orjson.loads(value)
+
+
+def test_an_integer_beyond_64_bits_with_tolerance_none_stops_the_flow() -> None:
+    out = run(settings(), [good("a", 0), msg(b'{"n": [-9223372036854775809]}', offset=1)])
+    assert [a.id for a in all_actions(out)] == ["a"]
+    error = held_error()
+    assert (error.where, error.stage) == ("orders/5@1", "deserialize")
+    assert "does not fit in 64 bits" in str(error)
 
 
 # ------------------------------------------------------------------------- tombstones
