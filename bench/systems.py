@@ -7,6 +7,7 @@ index:
   no Kafka (`bench.ceiling`);
 - loop: confluent-kafka consumer + `helpers.streaming_bulk`, commit after each bulk
   (`bench.loop`);
+- floor: the least per record, no guarantees (`bench.loop --floor`);
 - quix: Quix Streams' ElasticsearchSink (`bench/quix_app.py`, in the tools virtualenv);
 - flow-1w, flow-2w, flow-2p: `python -m bytewax.run flows.es_sink` with 1 worker, 2 workers,
   2 processes; KAFKA_STOP_AT_END=true, fresh group ids.
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("ceiling", "loop", "quix", "flow-1w", "flow-2w", "flow-2p")
+SYSTEMS = ("ceiling", "loop", "floor", "quix", "flow-1w", "flow-2w", "flow-2p")
 TOOLS_PINS = ("quixstreams[elasticsearch]==3.28.1", "py-spy==0.4.3")
 
 
@@ -140,11 +141,13 @@ def launch(
     `env`: more settings for a flow (after the variant's, before --flow-env)."""
     svc, py = ctx.svc, sys.executable
     logf = ctx.work / f"{ctx.variant}-{tag}-{system}.log"
-    if system == "loop":
+    if system in ("loop", "floor"):
         cmd = [py, "-m", "bench.loop", "--bootstrap", svc.bootstrap, "--es", svc.es_url]
         cmd += ["--topic", topic, "--group", group, "--index", index]
         if not live:
             cmd.append("--stop-at-end")
+        if system == "floor":
+            cmd.append("--floor")
         return [Proc(system, cmd, child_env(), ctx.work, logf)]
     if system == "quix":
         assert ctx.tools_python is not None
