@@ -42,7 +42,7 @@ __all__ = ["main", "parse"]
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="scripts/bench",
-        description="Kafka -> Elasticsearch benchmark: ceiling, loop, quix and this flow "
+        description="Kafka -> Elasticsearch benchmark: ceiling, loop, floor, quix and this flow "
         "(docs/benchmarks.md).",
     )
     p.add_argument(

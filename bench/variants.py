@@ -56,7 +56,7 @@ class Variant:
     """make_doc's shape: small (~200 B) or large (~2 KB)."""
     partitions: int = PARTITIONS
     systems: tuple[str, ...] = ("ceiling", *FLOWS)
-    """The systems that can run it (loop and quix only read clean JSON)."""
+    """The systems that can run it (loop, floor and quix only read clean JSON)."""
     default_systems: tuple[str, ...] = ("ceiling", "flow-1w")
     """What runs without --systems."""
     latency: bool = False

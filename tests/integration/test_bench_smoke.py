@@ -1,7 +1,8 @@
 """Smoke tests of scripts/bench: a --quick run against the suite's Kafka and Elasticsearch
-reports all six systems with positive figures, and a tiny run of the other variants reports
-each beside its ceiling. Not timed tests: the numbers are not checked, only that every
-system ran end to end (docs/benchmarks.md has the real runs)."""
+reports all seven systems with positive figures (the floor without latency), and a tiny
+run of the other variants reports each beside its ceiling. Not timed tests: the numbers
+are not checked, only that every system ran end to end (docs/benchmarks.md has the real
+runs)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
 
-SYSTEMS = {"ceiling", "loop", "quix", "flow-1w", "flow-2w", "flow-2p"}
+SYSTEMS = {"ceiling", "loop", "floor", "quix", "flow-1w", "flow-2w", "flow-2p"}
+LATENCY = {"p50_ms", "p99_ms"}
 KEYS = {
     "system",
     "variant",
@@ -39,17 +41,23 @@ def test_quick_bench_reports_every_system(services, tmp_path):
 
     rows = json.loads(out.read_text())
     assert [r["system"] for r in rows] == [
-        "ceiling", "loop", "quix", "flow-1w", "flow-2w", "flow-2p"
+        "ceiling", "loop", "floor", "quix", "flow-1w", "flow-2w", "flow-2p"
     ], output[-3000:]  # fmt: skip
     for row in rows:
         assert set(row) == KEYS, row
         assert row["variant"] == "small", row
-        for key in KEYS - {"system", "variant"}:
+        # the floor sends only full bulks: no latency runs
+        measured = KEYS - {"system", "variant"} - (LATENCY if row["system"] == "floor" else set())
+        for key in measured:
             assert isinstance(row[key], int | float) and row[key] > 0, (key, row)
+        if row["system"] == "floor":
+            assert row["p50_ms"] is row["p99_ms"] is None, row
     assert next(r for r in rows if r["system"] == "ceiling")["ratio_to_ceiling"] == 1.0
     assert set(r["system"] for r in rows) == SYSTEMS
     # when each sampled document was indexed, apart from the harness's _refresh
     for d in json.loads(out.with_suffix(".details.json").read_text()):
+        if d["system"] == "floor":
+            continue
         assert d["ix_unmapped"] == 0 and d["ix_p50_ms"] is not None, d
         assert 0 < d["ix_p50_ms"] <= d["ix_p99_ms"] and d["refresh_p99_ms"] > 0, d
         # the broker's and Elasticsearch's CPU per record during the latency window
