@@ -1,7 +1,10 @@
 """Micro-benchmarks of per-record steps without Kafka or Elasticsearch, for changes too
 small for an end-to-end run to resolve (docs/benchmarks.md):
 
-- the processor (decode, build the action, route) on the bench's small and large records;
+- the processor (decode, build the action, route) on the bench's small and large records,
+  beside two loops over the same messages: the floor's per-record work (`bench.loop
+  --floor`: loads, dumps, the action line) and that work with the flow's per-record objects
+  (a `Record`, an `Action`, the sink partition of its id, a chunk per partition);
 - the sink's reading of a `_bulk` answer with errors (classify it, apply it to the call's
   account, find the failed records) at 0.5% and 5% of items refused.
 
@@ -16,7 +19,9 @@ import gc
 import os
 import random
 import time
+import zlib
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -41,11 +46,9 @@ def best_us(fn: Callable[[], object], n: int) -> float:
     return best / n * 1e6
 
 
-def processor_us(variant: str, n: int = 20000) -> float:
+def messages(variant: str, n: int = 20000) -> list[Any]:
+    """`n` of the bench's records as consumed Messages, in runs of one partition."""
     from confluent_kafka import Message
-
-    from flows.config import Settings
-    from flows.process import Processor
 
     rng = random.Random(1)
     msgs = [
@@ -56,14 +59,51 @@ def processor_us(variant: str, n: int = 20000) -> float:
         for i in range(n)
     ]  # fmt: skip
     msgs.sort(key=lambda m: m.partition())  # a batch holds runs of one Kafka partition
-    batches = [msgs[i : i + 500] for i in range(0, n, 500)]
+    return msgs
+
+
+def processor_us(msgs: list[Any]) -> float:
+    from flows.config import Settings
+    from flows.process import Processor
+
+    batches = [msgs[i : i + 500] for i in range(0, len(msgs), 500)]
     proc = Processor(Settings.load(), [], 8)
 
     def run() -> None:
         for batch in batches:
             proc(batch)
 
-    return best_us(run, n)
+    return best_us(run, len(msgs))
+
+
+def floor_us(msgs: list[Any], objects: bool) -> float:
+    """The floor's per-record work, alone or with the flow's per-record objects."""
+    from sinks.model import Action, Record
+
+    loads, dumps, crc32 = orjson.loads, orjson.dumps, zlib.crc32
+    head, tail = b'{"index":{"_id":', b"}}\n"
+
+    def bare() -> None:
+        lines = []
+        for m in msgs:
+            doc = loads(m.value())
+            if type(doc) is not dict:
+                raise ValueError
+            lines.append(head + dumps(m.key().decode()) + tail + dumps(doc) + b"\n")
+
+    def with_objects() -> None:
+        chunks: dict[int, list[Action]] = {}
+        for m in msgs:
+            value, (_, ts), headers = m.value(), m.timestamp(), m.headers()
+            rec = Record(m.topic(), m.partition(), m.offset(), ts, m.key(), value, headers or ())
+            doc = loads(value)
+            if type(doc) is not dict:
+                raise ValueError
+            key = rec.key.decode()
+            action = Action(key, b"".join((head, dumps(key), tail, dumps(doc), b"\n")), rec)
+            chunks.setdefault(crc32(key.encode()) % 8, []).append(action)
+
+    return best_us(with_objects if objects else bare, len(msgs))
 
 
 def bulk_answer_us(refused: int) -> float:
@@ -98,7 +138,11 @@ def bulk_answer_us(refused: int) -> float:
 def main() -> None:
     os.environ.setdefault("KAFKA_TOPICS", "t")  # the processor's settings need a topic
     for variant in ("small", "large"):
-        print(f"processor, {variant} records: {processor_us(variant):.2f} µs/record")
+        msgs = messages(variant)
+        print(
+            f"{variant} records, µs/record: processor {processor_us(msgs):.2f}, the floor's "
+            f"work {floor_us(msgs, False):.2f}, with the flow's objects {floor_us(msgs, True):.2f}"
+        )
     for refused in (BULK_ITEMS // 200, BULK_ITEMS // 20):
         share = refused / BULK_ITEMS
         us = bulk_answer_us(refused)
