@@ -45,6 +45,8 @@ from chaos.proxy import Proxy
 from chaos.strict import StrictWatch, held_logged, named_record
 
 SURVIVOR_WAIT_S = 15.0
+HANDLER_WAIT_S = 15.0
+"""How long a flow that runs on is given to start reading before it is stopped anyway."""
 PLANS = ("startup", "random", "bulk", "epoch", "outage", "outage2", "after-bad")
 RANDOM_PLANS = ("startup", "random", "bulk", "epoch")
 PLAN_WEIGHTS = (1, 3, 3, 3)
@@ -199,13 +201,16 @@ class Chaos:
     def _attempt_to_end(self, flow: Flow) -> Outcome:
         if self.growth is not None and not self.growth.done:
             self._grow(flow)
+        elif not self.stop_at_end:
+            # A kill that came after the last commit leaves all read at this start: a
+            # SIGTERM before the flow's handler is in place would end it with -15, a
+            # "crash" with an empty log, run after run. Wait until it reads (a process
+            # given no partition never logs that: at most HANDLER_WAIT_S).
+            self._wait_active(flow, HANDLER_WAIT_S)
         while not flow.any_exited():
             self._check_time()
-            if not self.stop_at_end and self._all_read() and flow.active():
+            if not self.stop_at_end and self._all_read():
                 # A flow without KAFKA_STOP_AT_END runs on: stop it once all is committed.
-                # Not before it reads: a kill that came after the last commit leaves all
-                # read at the next start, and a SIGTERM before the flow's handler is in
-                # place ends it with -15, a "crash" with an empty log, run after run.
                 flow.terminate()
                 break
             time.sleep(0.25)
