@@ -66,6 +66,11 @@ class IntsChecked(NamedTuple):
     float of magnitude 2**63 or more, and orjson (or `json`) writes such a float with an
     exponent, `e+18` or more. A caller that encodes the decoded document whole, unchanged,
     need only call `check(value)` when the encoding holds a `+`: a byte search at C speed.
+
+    One difference, accepted: an integer beyond 64 bits under a key that a later duplicate
+    key replaces is not in the decoded document (orjson keeps the last), so its encoding
+    holds no `+` and the record is indexed; the checked decoder, which reads the bytes,
+    refuses it. No digits are lost either way: the document never holds that integer.
     """
 
     decode: Decoder

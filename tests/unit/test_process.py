@@ -312,8 +312,8 @@ def _outcomes(out: list[tuple[str, Any]]) -> list[tuple[Any, ...]]:
 def test_json_values_without_transforms_fail_as_with_them(env: dict[str, str]) -> None:
     """Without transforms a JSON value's 64-bit integer check runs only when its action
     holds a `+` (`flows.decode.json.IntsChecked`); with a transform it runs in the decoder.
-    Over the fuzz inputs (every bad kind, integers beyond 64 bits in three places) both
-    send the same bytes and the same dead letters."""
+    Over the fuzz inputs (every bad kind, integers beyond 64 bits in three places; no
+    duplicate keys, see the next test) both send the same bytes and the same dead letters."""
     cases = fuzz_inputs.generate(7, n_bad=1500)
     batch = [
         msg(c.value, c.key, offset=i, headers=list(c.headers) or None) for i, c in enumerate(cases)
@@ -326,6 +326,21 @@ def test_json_values_without_transforms_fail_as_with_them(env: dict[str, str]) -
     assert late == _outcomes(run(s, batch, transforms=[lambda doc: doc]))
     dead = {row[4]: row for row in late if len(row) == 5}
     assert all(dead[i][1] == "deserialize" for i in big)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b'{"a": 18446744073709551616, "a": 1}', b'{"o": {"x": -9223372036854775809, "x": 0}}'],
+)
+def test_an_integer_beyond_64_bits_a_duplicate_key_replaces(value: bytes) -> None:
+    """The one difference `IntsChecked` accepts: orjson keeps a duplicate key's last value,
+    so the document holds no such integer; indexed without transforms (as it is), refused
+    with them (the decoder reads the bytes)."""
+    (action,) = all_actions(run(tolerant(), [msg(value)]))
+    assert b"+" not in action.data and b"1844674" not in action.data
+    out = run(tolerant(), [msg(value)], transforms=[lambda doc: doc])
+    ((_, letter),) = letters(out)
+    assert letter.stage == "deserialize" and "does not fit in 64 bits" in letter.message
 
 
 def test_an_integer_beyond_64_bits_is_a_decode_error_before_an_action_error() -> None:
