@@ -408,7 +408,7 @@ class Chaos:
         detail = sigterm_during_outage(
             flow, self.proxy, self.rng, twice=plan == "outage2",
             shutdown_timeout_s=self.shutdown_timeout_s, stats=self.stats.outage,
-            idle=self._all_read(),
+            idle=self._all_read,
         )  # fmt: skip
         return self._interrupted(flow, plan, "terminated", f"{plan}/{detail}", before)
 
