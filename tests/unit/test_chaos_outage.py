@@ -1,0 +1,90 @@
+"""`chaos.outage.sigterm_during_outage`'s accounting, with a stand-in flow and proxy (no
+processes, no network): what it counts as a false clean exit."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, cast
+
+import pytest
+
+from chaos import outage
+from chaos.outage import OutageStats, sigterm_during_outage
+
+
+class _Flow:
+    """Exits with `code` on the first SIGTERM; records what the harness did, in order."""
+
+    def __init__(self, code: int, events: list[str]) -> None:
+        self.code: int | None = None
+        self._exit_code = code
+        self.events = events
+
+    def terminate(self) -> None:
+        self.events.append("terminate")
+        self.code = self._exit_code
+
+    def wait(self, timeout_s: float) -> bool:
+        self.events.append("wait")
+        return self.code is not None
+
+    def codes(self) -> list[int | None]:
+        return [self.code]
+
+    def kill_all(self) -> None:
+        self.events.append("kill")
+
+
+class _Proxy:
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def cut(self, mode: str) -> None:
+        self.events.append("cut")
+
+    def restore(self) -> None:
+        self.events.append("restore")
+
+
+@pytest.fixture(autouse=True)
+def _no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outage.time, "sleep", lambda s: None)
+
+
+def _run(
+    code: int, idle: Any, twice: bool = False, events: list[str] | None = None
+) -> tuple[OutageStats, list[str], str]:
+    events = [] if events is None else events
+    stats = OutageStats()
+    detail = sigterm_during_outage(
+        cast(Any, _Flow(code, events)), cast(Any, _Proxy(events)), random.Random(1),
+        twice=twice, shutdown_timeout_s=5, stats=stats, idle=idle,
+    )  # fmt: skip
+    return stats, events, detail
+
+
+@pytest.mark.parametrize("twice", [False, True])
+def test_exit_0_with_records_uncommitted_at_exit_is_counted(twice: bool) -> None:
+    stats, _, _ = _run(0, lambda: False, twice)
+    assert (stats.outages, stats.exit0, stats.hung) == (1, 1, 0)
+
+
+def test_idleness_is_judged_once_the_flow_exited() -> None:
+    """Everything became durable during the cut (a bulk answered before it, then its
+    epoch's commit): exit 0 is right. Judged before the cut, it was counted (a CI run)."""
+    events: list[str] = []
+    seen: list[list[str]] = []
+
+    def idle() -> bool:
+        seen.append(list(events))
+        return "wait" in events  # all committed only by the time the flow exited
+
+    stats, _, detail = _run(0, idle, events=events)
+    assert stats.exit0 == 0 and "(idle)" in detail
+    assert len(seen) == 1 and "wait" in seen[0] and "terminate" in seen[0]
+
+
+def test_a_non_zero_exit_is_never_counted() -> None:
+    stats, events, _ = _run(1, lambda: False)
+    assert stats.exit0 == 0
+    assert events[0] == "cut" and events[-1] == "restore"
