@@ -35,6 +35,7 @@ import orjson
 from confluent_kafka import Consumer, TopicPartition
 from elasticsearch import Elasticsearch, helpers
 
+from flows.consumers import FETCH
 from sinks.elasticsearch.client import connect
 
 
@@ -59,9 +60,9 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, on_signal)
 
     es = connect(args.es, request_timeout=120)  # speaks Elasticsearch 8 too
-    # --floor fetches as the flow does (flows/source.py), so that only the per-record work
-    # differs; the loop keeps librdkafka's defaults, as a user would.
-    fetch = FLOOR_FETCH if args.floor else {}
+    # --floor fetches as the flow does (flows.consumers.FETCH), so that only the per-record
+    # work differs; the loop keeps librdkafka's defaults, as a user would.
+    fetch = FETCH if args.floor else {}
     consumer = Consumer(
         {
             "bootstrap.servers": args.bootstrap,
@@ -119,13 +120,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 FLOOR_BATCH = 1000
-FLOOR_FETCH = {
-    "queued.max.messages.kbytes": 16384,
-    "fetch.min.bytes": 65536,
-    "fetch.wait.max.ms": 50,
-}
 FLOOR_BULK = 5000
 FLOOR_IN_FLIGHT = 3
+FLOOR_HEAD, FLOOR_TAIL = b'{"index":{"_id":', b"}}\n"
+"""The floor's action line around the id (`bench.micro` builds the same line)."""
 
 
 def floor(
@@ -138,7 +136,7 @@ def floor(
 ) -> None:
     """The `--floor` loop (see the module docstring)."""
     loads, dumps = orjson.loads, orjson.dumps
-    head, tail = b'{"index":{"_id":', b"}}\n"
+    head, tail = FLOOR_HEAD, FLOOR_TAIL
     pool = ThreadPoolExecutor(FLOOR_IN_FLIGHT)
     pending: deque[Future[None]] = deque()
 

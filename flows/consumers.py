@@ -44,10 +44,22 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BROKERLESS_REPORTS", "READY_BATCHES", "WorkerConsumer", "shared"]
+__all__ = ["BROKERLESS_REPORTS", "FETCH", "READY_BATCHES", "WorkerConsumer", "shared"]
 
 Key = tuple[str, int]
 CommitHandler = Callable[[KafkaError | None, list[TopicPartition]], None]
+
+FETCH = {
+    "queued.max.messages.kbytes": 16384,
+    "fetch.min.bytes": 65536,
+    "fetch.wait.max.ms": 50,
+}
+"""How a worker's consumer fetches, beside librdkafka's defaults: it prefetches up to 64 MB
+per consumer by default, bounded here to keep memory flat. Its queued.min.messages
+(100,000) stays: 5,000 made one consumer fetch 300,000 records in 9.3 s instead of 2.2. A
+fetch waits for 64 KiB or 50 ms: at 7,400 records/s the broker otherwise answered every few
+records (docs/benchmarks.md, "One consumer per worker"). `bench.loop --floor` fetches the
+same way."""
 
 READY_BATCHES = 2
 """The worker consumes while its partitions that read hold fewer records than this many

@@ -131,15 +131,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         # One consumer per worker serves all of its partitions (flows.consumers).
         self._shared = consumers.shared(
             settings.librdkafka(
-                # librdkafka prefetches up to 64 MB per consumer by default: bound that to
-                # keep memory flat. Its queued.min.messages (100,000) stays: 5,000 made one
-                # consumer fetch 300,000 records in 9.3 s instead of 2.2. A fetch waits for
-                # 64 KiB or 50 ms: at 7,400 records/s the broker otherwise answered every
-                # few records (docs/benchmarks.md, "One consumer per worker").
                 defaults={
-                    "queued.max.messages.kbytes": 16384,
-                    "fetch.min.bytes": 65536,
-                    "fetch.wait.max.ms": 50,
+                    **consumers.FETCH,
                     # How a consumer that knows no broker is found (flows.consumers).
                     "statistics.interval.ms": 5000,
                 },
