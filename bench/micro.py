@@ -78,10 +78,11 @@ def processor_us(msgs: list[Any]) -> float:
 
 def floor_us(msgs: list[Any], objects: bool) -> float:
     """The floor's per-record work, alone or with the flow's per-record objects."""
+    from bench.loop import FLOOR_HEAD, FLOOR_TAIL
     from sinks.model import Action, Record
 
     loads, dumps, crc32 = orjson.loads, orjson.dumps, zlib.crc32
-    head, tail = b'{"index":{"_id":', b"}}\n"
+    head, tail = FLOOR_HEAD, FLOOR_TAIL
 
     def bare() -> None:
         lines = []
