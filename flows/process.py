@@ -148,7 +148,12 @@ class Processor:
             if dead is None:
                 try:
                     if doc is None:  # no Doc made: what `build(Doc(rec, source, key))` does
-                        action = build_source(rec, source, key)
+                        try:
+                            action = build_source(rec, source, key)
+                        except ActionError:
+                            if check_ints is not None:  # decoding's error comes first
+                                check_ints(rec.value)  # type: ignore[arg-type]  # not None
+                            raise
                         if check_ints is not None and b"+" in action.data:
                             check_ints(rec.value)  # type: ignore[arg-type]  # not None
                         actions: Sequence[Action] = (action,)
@@ -158,8 +163,6 @@ class Processor:
                         actions = [build(d) for d in docs]
                 except ActionError as e:
                     dead = DeadLetter.from_exception(rec, "index", e, trace)
-                    if check_ints is not None and doc is None:  # decoding's error comes first
-                        dead = self._int_error(rec, trace) or dead
                 except DecodeError as e:  # check_ints
                     dead = DeadLetter.from_exception(rec, "deserialize", e, trace)
             if dead is not None:
@@ -195,14 +198,6 @@ class Processor:
             out.extend((str(f.record.partition % n_parts), f) for f in failures)
         out.extend((str(f.record.partition % n_parts), f) for f in routed)
         return out
-
-    def _int_error(self, rec: Record, trace: bool) -> DeadLetter | None:
-        """The dead letter of the integer check left until after encoding, if it fails."""
-        try:
-            self._check_ints(rec.value)  # type: ignore[misc,arg-type]  # set, value not None
-        except DecodeError as e:
-            return DeadLetter.from_exception(rec, "deserialize", e, trace)
-        return None
 
     def _tombstone(self, rec: Record, key: Any) -> Doc | DeadLetter | None:
         cdc = self._cdc_tombstone
