@@ -212,6 +212,12 @@ class Rig:
         return acts
 
 
+def no_dlq_partition(s: Settings, name: str, client: Any) -> EsSinkPartition:
+    """A sink partition without a dead-letter producer (ERRORS_TOLERANCE=none) on a fake
+    clock, writing through `client`."""
+    return EsSinkPartition(sink_config.es_sink(s), name, client, None, clock=FakeClock())
+
+
 def docs_indexed() -> float:
     return REGISTRY.get_sample_value("es_sink_docs_indexed_total") or 0.0
 
@@ -368,7 +374,7 @@ def test_404_on_index_other_than_a_missing_index_is_dead_lettered() -> None:
 def test_tolerance_none_with_a_rejected_item_raises() -> None:
     s = Settings.load({"KAFKA_TOPICS": TOPIC})
     client = FakeClient({"b": (400, MAPPER_ERROR)})
-    part = EsSinkPartition(sink_config.es_sink(s), "es-0000", client, None, clock=FakeClock())  # type: ignore[arg-type]
+    part = no_dlq_partition(s, "es-0000", client)
     part.write_batch([make_actions(s, "a", "b", first_offset=10)])
     with pytest.raises(RecordFailedError) as info:
         part.snapshot()
@@ -1174,8 +1180,8 @@ def test_tolerance_none_names_the_earliest_refused_offset_of_other_partitions() 
     a_client = FakeClient({"a": (400, MAPPER_ERROR)})
     b_client = GatedClient()
     b_client.default = {"b": (400, MAPPER_ERROR)}
-    a = EsSinkPartition(sink_config.es_sink(s), "es-0000", a_client, None, clock=FakeClock())  # type: ignore[arg-type]
-    b = EsSinkPartition(sink_config.es_sink(s), "es-0001", b_client, None, clock=FakeClock())  # type: ignore[arg-type]
+    a = no_dlq_partition(s, "es-0000", a_client)
+    b = no_dlq_partition(s, "es-0001", b_client)
     b.write_batch([make_actions(s, "b", first_offset=3)])
     with b._lock:
         b._dispatch()  # B's bulk is in flight (held at the gate)
@@ -1196,8 +1202,8 @@ def test_tolerance_none_sends_what_other_partitions_buffer_before_it_stops() -> 
     by the chaos harness's strict mode with one worker). It is sent before the stop."""
     s = Settings.load({"KAFKA_TOPICS": TOPIC, "BULK_LINGER_MS": "60000"})
     a_client, b_client = FakeClient({"a": (400, MAPPER_ERROR)}), FakeClient()
-    a = EsSinkPartition(sink_config.es_sink(s), "es-0000", a_client, None, clock=FakeClock())  # type: ignore[arg-type]
-    b = EsSinkPartition(sink_config.es_sink(s), "es-0001", b_client, None, clock=FakeClock())  # type: ignore[arg-type]
+    a = no_dlq_partition(s, "es-0000", a_client)
+    b = no_dlq_partition(s, "es-0001", b_client)
     b.write_batch([make_actions(s, "b", first_offset=3)])
     a.write_batch([make_actions(s, "a", first_offset=7)])
     assert b_client.requests == []  # buffered, below every limit
@@ -1211,8 +1217,8 @@ def test_tolerance_none_sends_a_busy_partitions_buffer_once_its_bulk_is_written(
     s = Settings.load({"KAFKA_TOPICS": TOPIC, "BULK_LINGER_MS": "60000"})
     b_client = GatedClient()
     a_client = FakeClient({"a": (400, MAPPER_ERROR)})
-    a = EsSinkPartition(sink_config.es_sink(s), "es-0000", a_client, None, clock=FakeClock())  # type: ignore[arg-type]
-    b = EsSinkPartition(sink_config.es_sink(s), "es-0001", b_client, None, clock=FakeClock())  # type: ignore[arg-type]
+    a = no_dlq_partition(s, "es-0000", a_client)
+    b = no_dlq_partition(s, "es-0001", b_client)
     b.write_batch([make_actions(s, "b1", first_offset=2)])
     with b._lock:
         b._dispatch()  # B's first bulk is in flight (held at the gate)
@@ -1237,7 +1243,7 @@ def test_tolerance_none_two_partitions_refusing_at_once_do_not_wait_for_each_oth
     parts = []
     for i, (c, doc) in enumerate(zip(gated, ["a", "b"], strict=True)):
         c.default = {doc: (400, MAPPER_ERROR)}
-        part = EsSinkPartition(sink_config.es_sink(s), f"es-000{i}", c, None, clock=FakeClock())  # type: ignore[arg-type]
+        part = no_dlq_partition(s, f"es-000{i}", c)
         part.write_batch([make_actions(s, doc, first_offset=3 + 4 * i)])
         with part._lock:
             part._dispatch()  # the bulk that will be refused is in flight
@@ -1268,14 +1274,8 @@ def test_tolerance_none_waits_for_other_bulks_only_a_bounded_time(monkeypatch) -
     monkeypatch.setattr("sinks.elasticsearch.refusals.REFUSAL_WAIT_S", 0.2)
     s = Settings.load({"KAFKA_TOPICS": TOPIC})
     stuck = GatedClient()
-    a = EsSinkPartition(
-        sink_config.es_sink(s),
-        "es-0000",
-        FakeClient({"a": (400, MAPPER_ERROR)}),  # type: ignore[arg-type]
-        None,
-        clock=FakeClock(),
-    )
-    b = EsSinkPartition(sink_config.es_sink(s), "es-0001", stuck, None, clock=FakeClock())  # type: ignore[arg-type]
+    a = no_dlq_partition(s, "es-0000", FakeClient({"a": (400, MAPPER_ERROR)}))
+    b = no_dlq_partition(s, "es-0001", stuck)
     b.write_batch([make_actions(s, "b", first_offset=3)])
     with b._lock:
         b._dispatch()
@@ -1298,14 +1298,8 @@ def test_tolerance_none_sends_a_tail_kept_behind_a_slow_bulk_of_a_busy_peer(monk
     s = Settings.load({"KAFKA_TOPICS": TOPIC, "BULK_LINGER_MS": "60000", "BULK_MAX_ACTIONS": "2"})
     slow = GatedClient()
     slow.default = {"s3": (400, MAPPER_ERROR)}
-    peer = EsSinkPartition(sink_config.es_sink(s), "es-0001", slow, None, clock=FakeClock())  # type: ignore[arg-type]
-    stopping = EsSinkPartition(
-        sink_config.es_sink(s),
-        "es-0000",
-        FakeClient({"p": (400, MAPPER_ERROR)}),  # type: ignore[arg-type]
-        None,
-        clock=FakeClock(),
-    )
+    peer = no_dlq_partition(s, "es-0001", slow)
+    stopping = no_dlq_partition(s, "es-0000", FakeClient({"p": (400, MAPPER_ERROR)}))
     peer.write_batch([make_actions(s, "s1", "s2", "s3", first_offset=1)])
     assert slow.entered.acquire(timeout=10)  # the head is in flight, "s3" kept
     stopping.write_batch([make_actions(s, "p", first_offset=7)])
