@@ -87,6 +87,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--profile", type=Path, help="profile flow-1w with py-spy; write the summary (JSON) here"
     )
     p.add_argument("--native", action="store_true", help="py-spy --native (with --profile)")
+    p.add_argument(
+        "--gil",
+        action="store_true",
+        help="py-spy --gil (with --profile): sample only the thread holding the GIL, so "
+        "waits for it do not count as time spent",
+    )
     p.add_argument("--profile-raw", type=Path, help="also keep py-spy's collapsed stacks here")
     p.add_argument("--profile-rate", type=int, default=100, help="py-spy samples per second")
     p.add_argument("--no-latency", action="store_true", help="skip the latency runs")

@@ -27,6 +27,8 @@ def start_profiler(ctx: Ctx, out: Path, rate: int) -> Callable[[list[Proc]], Any
         cmd += ["--format", "raw", "--nonblocking", "-o", str(out)]
         if ctx.args.native:
             cmd.append("--native")
+        if ctx.args.gil:
+            cmd.append("--gil")
         return _Waiter(Proc("py-spy", cmd, child_env(), ctx.work, ctx.work / "py-spy.log"))
 
     return hook
