@@ -5,7 +5,9 @@ decoders, transforms and action builder are compiled on the first batch, counter
 bumped once per batch, and each document leaves as bytes already encoded for `_bulk`,
 grouped by sink partition so the exchange to the sink moves one item per partition.
 Without transforms a JSON value's 64-bit integer check, which reads every byte, runs only
-when its encoded action holds a `+` (`flows.decode.json.IntsChecked`).
+when its encoded action holds a `+` (`flows.decode.json.IntsChecked`); when the action
+reads no field of the document either, a valid JSON object is not decoded at all and goes
+to Elasticsearch as it arrived (`flows.decode.json.RawObjects`).
 
 With ERRORS_TOLERANCE=none a failed record is held (`flows.halt`), not raised, so that a
 record before it that Elasticsearch refuses is the one the flow stops on. With `log` the
@@ -25,7 +27,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 from flows import halt, metrics, sink_config
 from flows.config import Settings
 from flows.decode import DecodeError, build_decoder
-from flows.decode.json import json_ints_checked_later
+from flows.decode.json import RawObjects, json_ints_checked_later
 from flows.errors import RecordFailedError
 from flows.record import DeadLetter, Doc, Record
 from flows.transforms import Transform, apply_transforms, build_transforms
@@ -62,6 +64,10 @@ class Processor:
         # ON_NULL_VALUE, decides what they mean (checked only for records with a null value).
         self._cdc_tombstone = tombstone_topics(self._transforms)
         self._actions = ActionBuilder(sink_config.documents(settings))
+        # ...and when the action reads no field either, a value simdjson accepts goes to
+        # Elasticsearch as it arrived, never decoded (`flows.decode.json.RawObjects`).
+        as_is = later is not None and settings.json_as_is and self._actions.takes_raw_sources
+        self._raw = RawObjects() if as_is else None
         self._policy = ErrorPolicy(sink_config.tolerance(settings), "decode/transform")
         self._null_value = settings.on_null_value
         self._trace = settings.dlq_stacktrace
@@ -74,6 +80,8 @@ class Processor:
         build_source = self._actions.build_source
         policy, trace = self._policy, self._trace
         check_ints = self._check_ints
+        raw = None if self._raw is None else self._raw.accepts()
+        build_raw = self._actions.build_raw
         n_parts = self._partitions
         chunks: dict[int, Actions] = {}
         failures: list[DeadLetter] = []
@@ -114,6 +122,7 @@ class Processor:
             )
             dead: DeadLetter | None = None
             doc: Doc | None = None
+            as_is = False
             try:
                 key = None if rec.key is None else decode_key(rec)
                 if rec.value is None:
@@ -127,6 +136,8 @@ class Processor:
                     doc = tomb
                 elif transforms:
                     doc = Doc(rec, decode_value(rec), key)
+                elif raw is not None and raw(rec.value):
+                    as_is = True  # valid, and sent as it arrived: nothing to decode
                 else:  # no transforms: the decoded value goes straight to its action
                     source = decode_value(rec)
             except DecodeError as e:
@@ -147,7 +158,10 @@ class Processor:
                         continue
             if dead is None:
                 try:
-                    if doc is None:  # no Doc made: what `build(Doc(rec, source, key))` does
+                    actions: Sequence[Action]
+                    if as_is:
+                        actions = (build_raw(rec, rec.value, key),)  # type: ignore[arg-type]
+                    elif doc is None:  # no Doc made: what `build(Doc(rec, source, key))` does
                         try:
                             action = build_source(rec, source, key)
                         except ActionError:
@@ -156,7 +170,7 @@ class Processor:
                             raise
                         if check_ints is not None and b"+" in action.data:
                             check_ints(rec.value)  # type: ignore[arg-type]  # not None
-                        actions: Sequence[Action] = (action,)
+                        actions = (action,)
                     elif not transforms:
                         actions = (build(doc),)
                     else:

@@ -6,7 +6,7 @@ from typing import Annotated, Self
 
 from pydantic import model_validator
 
-from flows.config.fields import SCHEMA_REGISTRY_CONFIG_PREFIX, Group, OneOf, Pairs, setting
+from flows.config.fields import SCHEMA_REGISTRY_CONFIG_PREFIX, Flag, Group, OneOf, Pairs, setting
 from flows.decode import CONVERTERS, REGISTRY_FORMATS
 from flows.errors import ConfigError
 
@@ -20,6 +20,11 @@ class DecodeSettings(Group):
 
     value_format: Format = setting("VALUE_FORMAT", "json", "converter of record values")
     key_format: Format = setting("KEY_FORMAT", "string", "converter of record keys")
+    json_as_is: Flag = setting(
+        "JSON_AS_IS",
+        True,
+        "`json` values that nothing reads go to Elasticsearch as they arrived, validated",
+    )
     value_field: str = setting(
         "VALUE_FIELD", "message", "field that wraps `string` / `bytes` values"
     )

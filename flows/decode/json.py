@@ -22,11 +22,13 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import threading
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
+import simdjson
 
 from flows.decode.common import (
     DIGITS_TO_ZERO,
@@ -85,6 +87,53 @@ def json_ints_checked_later(settings: Settings) -> IntsChecked | None:
     if settings.value_format != "json":
         return None
     return IntsChecked(_json_value_decoder(check=False), check_ints)
+
+
+class RawObjects:
+    """Which JSON values can be a `_bulk` source line exactly as they arrived.
+
+    Without transforms, and when the action reads no field of the document (ids from the
+    key or the coordinates, no routing field: `ActionBuilder.takes_raw_sources`), the flow
+    needs a value only to know that the `json` decoder accepts it as an object. simdjson
+    validates without building the dict, and the bytes need no encoding: on the bench's
+    records 0.45 µs against orjson's 1.6 (decode + encode) for ~200 bytes, 1.2 against 6.2
+    for ~2 KB.
+
+    `accepts(value)` says yes only to bytes that start with `{`, hold no newline (the
+    `_bulk` body is NDJSON) and that simdjson parses. Where simdjson and the decoder's
+    rules differ, simdjson refuses more: a byte order mark fails the first byte; it nests
+    1,023 levels, not 1,024; an integer outside 64 bits is its BIGINT_ERROR. Whatever it
+    refuses goes the decoder's way, with the decoder's verdict and dead letter
+    (`test_raw_objects_accept_only_what_the_decoder_accepts` holds this on the fuzz inputs).
+
+    What differs for values sent as they are: Elasticsearch reads the producer's text, not
+    orjson's. A duplicate key, which orjson resolves to the last value, is refused by
+    Elasticsearch (a dead letter at stage `index`: "Duplicate field"); numbers keep their
+    spelling (`1E2`, not `100.0`); `_source` holds the bytes as produced.
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()  # a simdjson parser serves one thread at a time
+
+    def accepts(self) -> Callable[[bytes], bool]:
+        """The check for the calling thread (fetch it once per batch, not per record)."""
+        check: Callable[[bytes], bool] | None = getattr(self._local, "check", None)
+        if check is None:
+            check = self._local.check = _raw_object_check(simdjson.Parser().parse)
+        return check
+
+
+def _raw_object_check(parse: Callable[[bytes], Any]) -> Callable[[bytes], bool]:
+    def accepts(value: bytes) -> bool:
+        if value[:1] != b"{" or b"\n" in value:
+            return False
+        try:
+            parse(value)  # the document proxy it returns is dropped at once: reuse is safe
+        except Exception:  # any refusal: the decoder decides, and says why
+            return False
+        return True
+
+    return accepts
 
 
 def _json_value_decoder(check: bool) -> Decoder:

@@ -115,26 +115,21 @@ class ActionBuilder:
         self._prefixes: dict[str, tuple[bytes, bytes]] = {}
         self._topic_index: dict[str, str] = {}
 
+    @property
+    def takes_raw_sources(self) -> bool:
+        """Whether `build_raw` may encode this configuration's documents: the action line
+        holds only `_index` and `_id`, and neither reads a field of the document."""
+        return self._plain and self._id_mode != "field"
+
     def build_source(self, rec: Record, source: dict[str, Any] | None, key: Any) -> Action:
         """`build(Doc(rec, source, key))` without making the Doc: the common case of a
         decoded value and no transforms, where every choice `build` makes per document is
         the configured default. Same bytes, same errors."""
         if not self._plain or source is None:
             return self.build(Doc(rec, source, key))
-        index = self._topic_index.get(rec.topic)
-        if index is None:
-            index = self.index_for(rec)
-        if self._key_ids and type(key) is str and 0 < len(key) <= 128:
-            doc_id: str | None = key  # what `_derive_id` gives, and short enough
-        else:
-            doc_id = self._derive_id(rec, source, key)
-            if doc_id is None:
-                return Action(None, self._prefixes_of(index)[1] + _dumps(source) + b"\n", rec)
-            if not doc_id or (len(doc_id) > 128 and _utf8_len(doc_id) > MAX_ID_BYTES):
-                msg = (
-                    f"document id must be 1 to {MAX_ID_BYTES} bytes (UTF-8), got {doc_id[:40]!r}..."
-                )
-                raise ActionError(msg)
+        index, doc_id = self._plain_index_id(rec, source, key)
+        if doc_id is None:
+            return Action(None, self._prefixes_of(index)[1] + _dumps(source) + b"\n", rec)
         prefixes = self._prefixes.get(index) or self._prefixes_of(index)
         try:
             body = _orjson_dumps(source)
@@ -143,6 +138,33 @@ class ActionBuilder:
             body = _dumps(source)  # before the id, as in `build`: the same error
             id_json = _dumps(doc_id)
         return Action(doc_id, b"".join((prefixes[0], id_json, _ID_END, body, b"\n")), rec)
+
+    def build_raw(self, rec: Record, source_line: bytes, key: Any) -> Action:
+        """`build_source` for a JSON object sent as it arrived, `source_line` (one line,
+        no newline): only where `takes_raw_sources` (see `flows.decode.json.RawObjects`)."""
+        index, doc_id = self._plain_index_id(rec, None, key)
+        if doc_id is None:
+            return Action(None, b"".join((self._prefixes_of(index)[1], source_line, b"\n")), rec)
+        prefixes = self._prefixes.get(index) or self._prefixes_of(index)
+        try:
+            id_json = _orjson_dumps(doc_id)
+        except TypeError:  # a lone surrogate: `_dumps` raises the ActionError
+            id_json = _dumps(doc_id)
+        return Action(doc_id, b"".join((prefixes[0], id_json, _ID_END, source_line, b"\n")), rec)
+
+    def _plain_index_id(
+        self, rec: Record, source: dict[str, Any] | None, key: Any
+    ) -> tuple[str, str | None]:
+        """The configured index and id of a plain action (`build_source`, `build_raw`)."""
+        index = self._topic_index.get(rec.topic)
+        if index is None:
+            index = self.index_for(rec)
+        if self._key_ids and type(key) is str and 0 < len(key) <= 128:
+            return index, key  # what `_derive_id` gives, and short enough
+        doc_id = self._derive_id(rec, source, key)
+        if doc_id is not None:
+            _check_id(doc_id)
+        return index, doc_id
 
     def build(self, doc: Doc) -> Action:
         """Encode `doc`; raise ActionError when the record cannot be indexed as configured."""
@@ -157,11 +179,8 @@ class ActionBuilder:
             if why:
                 raise InvalidIndexName(why)
         doc_id = _as_id(doc.id) if doc.id is not None else self._derive_id(rec, doc.source, doc.key)
-        if doc_id is not None and (
-            not doc_id or (len(doc_id) > 128 and _utf8_len(doc_id) > MAX_ID_BYTES)
-        ):
-            msg = f"document id must be 1 to {MAX_ID_BYTES} bytes (UTF-8), got {doc_id[:40]!r}..."
-            raise ActionError(msg)
+        if doc_id is not None:
+            _check_id(doc_id)
         kind = doc.action
         if kind is None and not doc.delete:
             if self._plain and doc.routing is None and doc.source is not None:
@@ -372,6 +391,13 @@ def _dumps(value: Any) -> bytes:
 
 def _no_field(source: Any, default: Any) -> Any:
     return default
+
+
+def _check_id(doc_id: str) -> None:
+    """Raise ActionError for an id Elasticsearch refuses: empty, or over MAX_ID_BYTES."""
+    if not doc_id or (len(doc_id) > 128 and _utf8_len(doc_id) > MAX_ID_BYTES):
+        msg = f"document id must be 1 to {MAX_ID_BYTES} bytes (UTF-8), got {doc_id[:40]!r}..."
+        raise ActionError(msg)
 
 
 def _utf8_len(text: str) -> int:

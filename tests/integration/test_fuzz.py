@@ -357,6 +357,26 @@ def test_fuzz_avro_unknown_schema_ids_and_bad_framing_are_dead_lettered(services
     assert committed == -1001 or 0 <= committed <= 1, committed
 
 
+def test_a_duplicate_key_is_refused_by_elasticsearch(services, es, names):
+    """Without transforms a valid JSON object goes to Elasticsearch as it arrived
+    (`flows.decode.json.RawObjects`), so Elasticsearch, not orjson, reads a duplicate key:
+    it refuses the document, which is dead-lettered with its reason; the rest is indexed."""
+    dup = Case(
+        "duplicate_key", b"dup", b'{"i": 1, "s": "x", "i": 2}', "index",
+        fuzz_inputs.ES_PARSE_ERROR, "Duplicate field 'i'",
+    )  # fmt: skip
+    nested = Case(
+        "duplicate_key", b"dup-nested", b'{"o": {"x": "a", "x": "b"}}', "index",
+        fuzz_inputs.ES_PARSE_ERROR, "Duplicate field 'x'",
+    )  # fmt: skip
+    topic, dlq, where = _small_run(services, es, names, "fuzz-dup", [*_goods(3), dup, nested])
+    run = run_flow(services, _fuzz_env(topic, dlq), timeout=120)
+    assert run.returncode == 0, run.output[-3000:]
+    problems = _check_dead_letters(services.kafka, dlq, topic, where)
+    assert not problems, _summary(problems)
+    assert count_docs(es, topic) == 3
+
+
 # ------------------------------------------------------------------------------ product bugs
 #
 # Each input below is valid or dead-letterable, and the product mishandles it. They run on

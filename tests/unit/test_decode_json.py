@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,10 @@ import pytest
 
 from flows.config import Settings
 from flows.decode import DecodeError
-from flows.decode.json import json_ints_checked_later
+from flows.decode.json import RawObjects, json_ints_checked_later
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests import fuzz_inputs
 from tests.unit.decode_support import (
     key_decoder,
     rec,
@@ -99,6 +101,73 @@ def test_an_integer_beyond_64_bits_leaves_a_plus_in_its_encoding(number: int, wh
     with pytest.raises(DecodeError) as late:
         later.check(raw)
     assert str(late.value) == str(checked.value)
+
+
+RAW_EDGES = [
+    b'{"a": 1}',
+    b'{"a": 1}  ',
+    b'{"a": 1}\r',
+    b'{"a": 1}\n',
+    b' {"a": 1}',
+    b"\xef\xbb\xbf{}",
+    b"{}",
+    b"",
+    b"[1]",
+    b'{"a": 1,"a": 2}',
+    b'{"a": 18446744073709551615, "b": -9223372036854775808}',
+    b'{"a": 18446744073709551616}',
+    b'{"a": -9223372036854775809}',
+    b'{"a": 1e400}',
+    b'{"a": 1e-400}',
+    b'{"a": "\\ud800"}',
+    b'{"a": "\\ud83d\\ude00"}',
+    b'{"a": "\xed\xa0\x80"}',
+    b'{"a": NaN}',
+    b'{"a": 1} {"b": 2}',
+    b'{"a": "\x01"}',
+    b'{"a": ' + b"1" * 5000 + b"}",
+    b'{"a": 0.' + b"1" * 5000 + b"}",
+    *(b'{"a":' + b"[" * (d - 1) + b"1" + b"]" * (d - 1) + b"}" for d in (1023, 1024, 1025)),
+    *(b'{"a":' * d + b"1" + b"}" * d for d in (1023, 1024, 1025)),
+]
+
+
+def test_raw_objects_accept_only_what_the_decoder_accepts() -> None:
+    """`RawObjects`' promise: every value it accepts, the `json` decoder decodes to an
+    object (so sending the bytes as they are dead-letters nothing the decoder would have
+    let through, and lets through nothing it would have dead-lettered), over the fuzz
+    inputs and the edges where simdjson's rules and the decoder's meet."""
+    accepts = RawObjects().accepts()
+    decode = value_decoder("json")
+    values = [c.value for c in fuzz_inputs.generate(11, n_bad=3000) if c.value is not None]
+    taken = 0
+    for value in [*values, *RAW_EDGES]:
+        if accepts(value):
+            taken += 1
+            assert type(decode(rec(value))) is dict, value[:80]
+            assert value.startswith(b"{") and b"\n" not in value
+    assert taken > len(values) * 0.6  # most of the fuzz mix is valid: it is taken as it is
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b'{"a": 1,"a": 2}', b'{"a": 1}  ', b'{"t": "\\u00e9", "n": 1E2}', b"{}"],
+)
+def test_raw_objects_take_valid_objects_the_decoder_would_rewrite(value: bytes) -> None:
+    """Duplicate keys, whitespace, escapes and a number's spelling stay as produced."""
+    assert RawObjects().accepts()(value)
+
+
+def test_raw_objects_give_each_thread_its_own_parser() -> None:
+    """A simdjson parser serves one document at a time: worker threads must not share one."""
+    raw = RawObjects()
+    mine = raw.accepts()
+    assert raw.accepts() is mine
+    theirs: list[Any] = []
+    t = threading.Thread(target=lambda: theirs.append(raw.accepts()))
+    t.start()
+    t.join()
+    assert theirs[0] is not mine and theirs[0](b'{"a": 1}')
 
 
 def test_other_formats_check_their_integers_themselves() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 import zlib
 from pathlib import Path
@@ -18,6 +19,7 @@ from flows.errors import DeadLetterLimitError, RecordFailedError
 from flows.process import Processor, is_documents
 from flows.record import DeadLetter, Doc
 from sinks.actions import Action
+from sinks.deep import deep_recursion
 from tests import fuzz_inputs
 
 # `sample_transforms` sits next to this file; import it by whatever name pytest gave us.
@@ -288,9 +290,25 @@ def test_dead_letters_keep_the_original_bytes() -> None:
 # ------------------------------------------------ integers beyond 64 bits, checked late
 
 
+def _canonical(line: bytes) -> bytes:
+    """One spelling of a JSON line (orjson's; `json`'s for what is too deep for orjson)."""
+    if not line:
+        return line
+    try:
+        return orjson.dumps(orjson.loads(line))
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        with deep_recursion():
+            return json.dumps(json.loads(line), separators=(",", ":")).encode()
+
+
 def _outcomes(out: list[tuple[str, Any]]) -> list[tuple[Any, ...]]:
-    """What a batch sends, comparable across processors."""
-    sent = [(p, a.id, a.data, a.record.offset) for p, c in chunks(out).items() for a in c]
+    """What a batch sends, comparable across processors: the lines as JSON, since a value
+    sent as it arrived (`RawObjects`) keeps the producer's spelling."""
+    sent = [
+        (p, a.id, [_canonical(line) for line in a.data.split(b"\n")], a.record.offset)
+        for p, c in chunks(out).items()
+        for a in c
+    ]
     dead = [(p, d.stage, d.error_class, d.message, d.record.offset) for p, d in letters(out)]
     return sorted(sent) + sorted(dead)
 
@@ -311,9 +329,10 @@ def _outcomes(out: list[tuple[str, Any]]) -> list[tuple[Any, ...]]:
 )
 def test_json_values_without_transforms_fail_as_with_them(env: dict[str, str]) -> None:
     """Without transforms a JSON value's 64-bit integer check runs only when its action
-    holds a `+` (`flows.decode.json.IntsChecked`); with a transform it runs in the decoder.
-    Over the fuzz inputs (every bad kind, integers beyond 64 bits in three places; no
-    duplicate keys, see the next test) both send the same bytes and the same dead letters."""
+    holds a `+` (`flows.decode.json.IntsChecked`), or the value goes as it arrived
+    (`RawObjects`); with a transform it runs in the decoder. Over the fuzz inputs (every bad
+    kind, integers beyond 64 bits in three places; no duplicate keys, see the next tests)
+    both send the same documents and the same dead letters."""
     cases = fuzz_inputs.generate(7, n_bad=1500)
     batch = [
         msg(c.value, c.key, offset=i, headers=list(c.headers) or None) for i, c in enumerate(cases)
@@ -326,6 +345,45 @@ def test_json_values_without_transforms_fail_as_with_them(env: dict[str, str]) -
     assert late == _outcomes(run(s, batch, transforms=[lambda doc: doc]))
     dead = {row[4]: row for row in late if len(row) == 5}
     assert all(dead[i][1] == "deserialize" for i in big)
+
+
+@pytest.mark.parametrize(
+    ("env", "as_is"),
+    [
+        ({}, True),
+        ({"DOC_ID": "coordinates"}, True),
+        ({"DOC_ID": "none"}, True),
+        ({"WRITE_METHOD": "create"}, True),
+        ({"DOC_ID": "field:id"}, False),  # the id is read from the document
+        ({"ES_ROUTING": "key"}, False),  # the action line holds more than _index and _id
+        ({"WRITE_METHOD": "update"}, False),  # the source is wrapped
+        ({"ES_DATA_STREAM": "true", "ES_INDEX": "logs-x-y"}, False),  # @timestamp is added
+        ({"VALUE_FORMAT": "connect-json"}, False),  # another converter
+        ({"JSON_AS_IS": "false"}, False),  # turned off: a duplicate key keeps its last value
+    ],
+    ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) if isinstance(v, dict) else str(v),
+)
+def test_a_valid_value_goes_as_it_arrived_when_nothing_reads_it(
+    env: dict[str, str], as_is: bool
+) -> None:
+    """`RawObjects`: the source line is the record's bytes, spacing, escapes and number
+    spelling included, unless something needs the decoded document."""
+    value = b'{"id": "a1",  "t": "\\u00e9", "n": 1E2, "s": "x"} '
+    (action,) = all_actions(run(tolerant(**env), [msg(value, b"a1")]))
+    assert (action.data.split(b"\n")[1] == value) is as_is
+    (changed,) = all_actions(run(tolerant(**env), [msg(value, b"a1")], [lambda doc: doc]))
+    assert changed.data.split(b"\n")[1] != value  # a transform always re-encodes
+
+
+def test_a_duplicate_key_goes_as_it_arrived() -> None:
+    """The difference `RawObjects` accepts: Elasticsearch, not orjson, reads the duplicate
+    (and refuses it: `test_a_duplicate_key_is_refused_by_elasticsearch`); a transform sees
+    orjson's document, whose last value wins."""
+    value = b'{"a": 1, "a": 2}'
+    (action,) = all_actions(run(tolerant(), [msg(value)]))
+    assert action.data.endswith(b"\n" + value + b"\n")
+    (changed,) = all_actions(run(tolerant(), [msg(value)], [lambda doc: doc]))
+    assert action_lines(changed)[1] == {"a": 2}
 
 
 @pytest.mark.parametrize(
