@@ -3,8 +3,9 @@ small for an end-to-end run to resolve (docs/benchmarks.md):
 
 - the processor (decode, build the action, route) on the bench's small and large records,
   beside two loops over the same messages: the floor's per-record work (`bench.loop
-  --floor`: loads, dumps, the action line) and that work with the flow's per-record objects
-  (a `Record`, an `Action`, the sink partition of its id, a chunk per partition);
+  --floor`: the value checked as a JSON object, the action line) and that work with the
+  flow's per-record objects (a `Record`, an `Action`, the sink partition of its id, a
+  chunk per partition);
 - the sink's reading of a `_bulk` answer with errors (classify it, apply it to the call's
   account, find the failed records) at 0.5% and 5% of items refused.
 
@@ -79,29 +80,29 @@ def processor_us(msgs: list[Any]) -> float:
 def floor_us(msgs: list[Any], objects: bool) -> float:
     """The floor's per-record work, alone or with the flow's per-record objects."""
     from bench.loop import FLOOR_HEAD, FLOOR_TAIL
+    from flows.decode.json import RawObjects
     from sinks.model import Action, Record
 
-    loads, dumps, crc32 = orjson.loads, orjson.dumps, zlib.crc32
+    accepts, dumps, crc32 = RawObjects().accepts(), orjson.dumps, zlib.crc32
     head, tail = FLOOR_HEAD, FLOOR_TAIL
 
     def bare() -> None:
         lines = []
         for m in msgs:
-            doc = loads(m.value())
-            if type(doc) is not dict:
+            value = m.value()
+            if not accepts(value):
                 raise ValueError
-            lines.append(head + dumps(m.key().decode()) + tail + dumps(doc) + b"\n")
+            lines.append(head + dumps(m.key().decode()) + tail + value + b"\n")
 
     def with_objects() -> None:
         chunks: dict[int, list[Action]] = {}
         for m in msgs:
             value, (_, ts), headers = m.value(), m.timestamp(), m.headers()
             rec = Record(m.topic(), m.partition(), m.offset(), ts, m.key(), value, headers or ())
-            doc = loads(value)
-            if type(doc) is not dict:
+            if not accepts(value):
                 raise ValueError
             key = rec.key.decode()
-            action = Action(key, b"".join((head, dumps(key), tail, dumps(doc), b"\n")), rec)
+            action = Action(key, b"".join((head, dumps(key), tail, value, b"\n")), rec)
             chunks.setdefault(crc32(key.encode()) % 8, []).append(action)
 
     return best_us(with_objects if objects else bare, len(msgs))
