@@ -359,8 +359,13 @@ def test_fuzz_avro_unknown_schema_ids_and_bad_framing_are_dead_lettered(services
 
 def test_a_duplicate_key_is_refused_by_elasticsearch(services, es, names):
     """Without transforms a valid JSON object goes to Elasticsearch as it arrived
-    (`flows.decode.json.RawObjects`), so Elasticsearch, not orjson, reads a duplicate key:
-    it refuses the document, which is dead-lettered with its reason; the rest is indexed."""
+    (`flows.decode.json.RawObjects`), so Elasticsearch, not orjson, reads a duplicate key
+    and a number over 1,000 characters: it refuses the document, which is dead-lettered
+    with its reason; the rest is indexed."""
+    long_number = Case(
+        "long_number", b"long-number", b'{"f": 0.' + b"0" * 1000 + b"1}", "index",
+        fuzz_inputs.ES_PARSE_ERROR, "Number value length",
+    )  # fmt: skip
     dup = Case(
         "duplicate_key", b"dup", b'{"i": 1, "s": "x", "i": 2}', "index",
         fuzz_inputs.ES_PARSE_ERROR, "Duplicate field 'i'",
@@ -369,7 +374,8 @@ def test_a_duplicate_key_is_refused_by_elasticsearch(services, es, names):
         "duplicate_key", b"dup-nested", b'{"o": {"x": "a", "x": "b"}}', "index",
         fuzz_inputs.ES_PARSE_ERROR, "Duplicate field 'x'",
     )  # fmt: skip
-    topic, dlq, where = _small_run(services, es, names, "fuzz-dup", [*_goods(3), dup, nested])
+    cases = [*_goods(3), dup, nested, long_number]
+    topic, dlq, where = _small_run(services, es, names, "fuzz-dup", cases)
     run = run_flow(services, _fuzz_env(topic, dlq), timeout=120)
     assert run.returncode == 0, run.output[-3000:]
     problems = _check_dead_letters(services.kafka, dlq, topic, where)

@@ -14,7 +14,7 @@ import pytest
 
 from flows.config import Settings
 from flows.decode import DecodeError
-from flows.decode.json import RawObjects, json_ints_checked_later
+from flows.decode.json import RAW_MAX_BYTES, RawObjects, json_ints_checked_later
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests import fuzz_inputs
@@ -156,6 +156,20 @@ def test_raw_objects_accept_only_what_the_decoder_accepts() -> None:
 def test_raw_objects_take_valid_objects_the_decoder_would_rewrite(value: bytes) -> None:
     """Duplicate keys, whitespace, escapes and a number's spelling stay as produced."""
     assert RawObjects().accepts()(value)
+
+
+def test_raw_objects_leave_values_over_raw_max_bytes_to_the_decoder() -> None:
+    """A simdjson parser keeps the buffers of the largest document it read: none is larger
+    than RAW_MAX_BYTES (an array of numbers costs ~13 times its size)."""
+    accepts = RawObjects().accepts()
+
+    def sized(n: int) -> bytes:
+        return b'{"a": "' + b"x" * (n - 9) + b'"}'
+
+    assert len(sized(RAW_MAX_BYTES)) == RAW_MAX_BYTES
+    assert accepts(sized(RAW_MAX_BYTES))
+    assert not accepts(sized(RAW_MAX_BYTES + 1))
+    assert accepts(b'{"a": 1}')  # the parser still serves the next value
 
 
 def test_raw_objects_give_each_thread_its_own_parser() -> None:
