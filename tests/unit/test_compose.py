@@ -500,6 +500,14 @@ def test_dockerfile_workdir_and_install() -> None:
     assert "[dev]" not in runs and "[registry]" not in runs, "no extras in the image"
 
 
+def test_dockerfile_compiles_the_app_it_runs_from_its_working_directory() -> None:
+    """The flow imports /app/flows and /app/sinks (the working directory is first on
+    sys.path) as a user who cannot write there: without .pyc files made at build time
+    every start compiles them again."""
+    runs = [args for instr, args in _dockerfile_instructions() if instr == "RUN"]
+    assert any("python -m compileall -q flows sinks" in run for run in runs), runs
+
+
 def test_dockerfile_uses_the_entrypoint_script() -> None:
     entrypoints = [args for instr, args in _dockerfile_instructions() if instr == "ENTRYPOINT"]
     assert entrypoints, "Dockerfile has no ENTRYPOINT"
