@@ -115,11 +115,12 @@ class RawObjects:
     found no counterexample in 6.4 million generated and mutated values).
 
     What differs for values sent as they are: Elasticsearch reads the producer's text, not
-    orjson's. It refuses a duplicate key, which orjson resolves to the last value, and a
+    orjson's. It refuses a duplicate key, which orjson resolves to the last value; a
     number written with more than 1,000 characters (its parser's limit), which orjson
-    shortens to a double: either is a dead letter at stage `index` with Elasticsearch's
-    reason. Numbers keep their spelling (`1E2`, not `100.0`); `_source` holds the bytes
-    as produced.
+    shortens to a double; and a number written with an exponent in a `date` field
+    (`1.7E12`, which orjson wrote `1700000000000.0` and `epoch_millis` reads): each is a
+    dead letter at stage `index` with Elasticsearch's reason. Numbers keep their spelling
+    (`1E2`, not `100.0`, also in a `keyword` field); `_source` holds the bytes as produced.
     """
 
     def __init__(self) -> None:

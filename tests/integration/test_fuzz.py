@@ -359,9 +359,10 @@ def test_fuzz_avro_unknown_schema_ids_and_bad_framing_are_dead_lettered(services
 
 def test_a_duplicate_key_is_refused_by_elasticsearch(services, es, names):
     """Without transforms a valid JSON object goes to Elasticsearch as it arrived
-    (`flows.decode.json.RawObjects`), so Elasticsearch, not orjson, reads a duplicate key
-    and a number over 1,000 characters: it refuses the document, which is dead-lettered
-    with its reason; the rest is indexed."""
+    (`flows.decode.json.RawObjects`), so Elasticsearch, not orjson, reads a duplicate key,
+    a number over 1,000 characters and a number written with an exponent in a date field
+    (orjson wrote 1.7E12 as 1700000000000.0, which epoch_millis reads): it refuses the
+    document, which is dead-lettered with its reason; the rest is indexed."""
     long_number = Case(
         "long_number", b"long-number", b'{"f": 0.' + b"0" * 1000 + b"1}", "index",
         fuzz_inputs.ES_PARSE_ERROR, "Number value length",
@@ -374,7 +375,11 @@ def test_a_duplicate_key_is_refused_by_elasticsearch(services, es, names):
         "duplicate_key", b"dup-nested", b'{"o": {"x": "a", "x": "b"}}', "index",
         fuzz_inputs.ES_PARSE_ERROR, "Duplicate field 'x'",
     )  # fmt: skip
-    cases = [*_goods(3), dup, nested, long_number]
+    exponent_date = Case(
+        "exponent_date", b"exponent-date", b'{"d": 1.7E12}', "index",
+        fuzz_inputs.ES_PARSE_ERROR, "failed to parse field [d] of type [date]",
+    )  # fmt: skip
+    cases = [*_goods(3), dup, nested, long_number, exponent_date]
     topic, dlq, where = _small_run(services, es, names, "fuzz-dup", cases)
     run = run_flow(services, _fuzz_env(topic, dlq), timeout=120)
     assert run.returncode == 0, run.output[-3000:]
