@@ -4,8 +4,8 @@ small for an end-to-end run to resolve (docs/benchmarks.md):
 - the processor (decode, build the action, route) on the bench's small and large records,
   beside two loops over the same messages: the floor's per-record work (`bench.loop
   --floor`: the value checked as a JSON object, the action line) and that work with the
-  flow's per-record objects (a `Record`, an `Action`, the sink partition of its id, a
-  chunk per partition);
+  flow's per-record objects (an `Action` keeping its message, the sink partition of its
+  id, a chunk per partition);
 - the sink's reading of a `_bulk` answer with errors (classify it, apply it to the call's
   account, find the failed records) at 0.5% and 5% of items refused.
 
@@ -81,7 +81,7 @@ def floor_us(msgs: list[Any], objects: bool) -> float:
     """The floor's per-record work, alone or with the flow's per-record objects."""
     from bench.loop import FLOOR_HEAD, FLOOR_TAIL
     from flows.decode.json import RawObjects
-    from sinks.model import Action, Record
+    from sinks.model import Action
 
     accepts, dumps, crc32 = RawObjects().accepts(), orjson.dumps, zlib.crc32
     head, tail = FLOOR_HEAD, FLOOR_TAIL
@@ -97,12 +97,11 @@ def floor_us(msgs: list[Any], objects: bool) -> float:
     def with_objects() -> None:
         chunks: dict[int, list[Action]] = {}
         for m in msgs:
-            value, (_, ts), headers = m.value(), m.timestamp(), m.headers()
-            rec = Record(m.topic(), m.partition(), m.offset(), ts, m.key(), value, headers or ())
+            value = m.value()
             if not accepts(value):
                 raise ValueError
-            key = rec.key.decode()
-            action = Action(key, b"".join((head, dumps(key), tail, value, b"\n")), rec)
+            key = m.key().decode()
+            action = Action(key, b"".join((head, dumps(key), tail, value, b"\n")), m)
             chunks.setdefault(crc32(key.encode()) % 8, []).append(action)
 
     return best_us(with_objects if objects else bare, len(msgs))

@@ -7,7 +7,9 @@ grouped by sink partition so the exchange to the sink moves one item per partiti
 Without transforms a JSON value's 64-bit integer check, which reads every byte, runs only
 when its encoded action holds a `+` (`flows.decode.json.IntsChecked`); when the action
 reads no field of the document either, a valid JSON object is not decoded at all and goes
-to Elasticsearch as it arrived (`flows.decode.json.RawObjects`).
+to Elasticsearch as it arrived (`flows.decode.json.RawObjects`), and when its key is an
+ASCII string (KEY_FORMAT=string) no `Record` is made for it: its action keeps the
+consumed message (`sinks.model.Action.origin`).
 
 With ERRORS_TOLERANCE=none a failed record is held (`flows.halt`), not raised, so that a
 record before it that Elasticsearch refuses is the one the flow stops on. With `log` the
@@ -22,7 +24,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
+from confluent_kafka import Message
 
 from flows import halt, metrics, sink_config
 from flows.config import Settings
@@ -35,7 +37,7 @@ from flows.transforms.cdc import tombstone_topics
 from sinks import failing
 from sinks.dead_letter.policy import ErrorPolicy
 from sinks.elasticsearch.actions import ActionBuilder, ActionError
-from sinks.model import Action, Actions
+from sinks.model import Action, Actions, record_of
 
 Routed = tuple[str, Any]
 """`(sink partition number, Actions)` for Elasticsearch or `(number, DeadLetter)`."""
@@ -68,6 +70,8 @@ class Processor:
         # Elasticsearch as it arrived, never decoded (`flows.decode.json.RawObjects`).
         as_is = later is not None and settings.json_as_is and self._actions.takes_raw_sources
         self._raw = RawObjects() if as_is else None
+        # ...and its string key (ASCII: the decoder's UTF-8 check is moot) is its id as is.
+        self._text_keys = settings.key_format == "string"
         self._policy = ErrorPolicy(sink_config.tolerance(settings), "decode/transform")
         self._null_value = settings.on_null_value
         self._trace = settings.dlq_stacktrace
@@ -81,7 +85,7 @@ class Processor:
         policy, trace = self._policy, self._trace
         check_ints = self._check_ints
         raw = None if self._raw is None else self._raw.accepts()
-        build_raw = self._actions.build_raw
+        build_raw, text_keys = self._actions.build_raw, self._text_keys
         n_parts = self._partitions
         chunks: dict[int, Actions] = {}
         failures: list[DeadLetter] = []
@@ -109,79 +113,76 @@ class Processor:
             offset = msg.offset()
             if stopped:
                 continue  # after a held failure (ERRORS_TOLERANCE=none): nothing more
-            ts_type, ts = msg.timestamp()
-            headers = msg.headers()
-            rec = Record(
-                t,
-                p,
-                offset,
-                None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts,
-                msg.key(),
-                msg.value(),
-                tuple(headers) if headers else (),
-            )
             dead: DeadLetter | None = None
-            doc: Doc | None = None
-            as_is = False
-            try:
-                key = None if rec.key is None else decode_key(rec)
-                if rec.value is None:
-                    tomb = self._tombstone(rec, key)
-                    if tomb is None:
-                        skipped += 1
-                        continue
-                    if isinstance(tomb, DeadLetter):  # ON_NULL_VALUE=dlq: routed, not a failure
-                        routed.append(tomb)
-                        continue
-                    doc = tomb
-                elif transforms:
-                    doc = Doc(rec, decode_value(rec), key)
-                elif raw is not None and raw(rec.value):
-                    as_is = True  # valid, and sent as it arrived: nothing to decode
-                else:  # no transforms: the decoded value goes straight to its action
-                    source = decode_value(rec)
-            except DecodeError as e:
-                dead = DeadLetter.from_exception(rec, "deserialize", e, trace)
-            except RecordFailedError as e:  # ON_NULL_VALUE=fail
-                halt.hold(rec.topic, rec.partition, rec.offset, e)
-                halted = stopped = True
-                continue
-            if dead is None and doc is not None and transforms:
+            actions: Sequence[Action]
+            value = msg.value()
+            as_is = raw is not None and value is not None and raw(value)
+            if as_is and text_keys and (k := msg.key()) is not None and k.isascii():
+                # The common case: a JSON object sent as it arrived, its string key the
+                # id. No Record is made: the action keeps the message (`Action.origin`).
                 try:
-                    docs = apply_transforms(transforms, doc)
-                except Exception as e:  # any error in user code dead-letters the record
-                    dead = DeadLetter.from_exception(rec, "transform", e, trace)
-                else:
-                    if not docs:
-                        skipped += 1
-                        run = 0
-                        continue
-            if dead is None:
-                try:
-                    actions: Sequence[Action]
-                    if as_is:
-                        actions = (build_raw(rec, rec.value, key),)  # type: ignore[arg-type]
-                    elif doc is None:  # no Doc made: what `build(Doc(rec, source, key))` does
-                        try:
-                            action = build_source(rec, source, key)
-                        except ActionError:
-                            if check_ints is not None:  # decoding's error comes first
-                                check_ints(rec.value)  # type: ignore[arg-type]  # not None
-                            raise
-                        if check_ints is not None and b"+" in action.data:
-                            check_ints(rec.value)  # type: ignore[arg-type]  # not None
-                        actions = (action,)
-                    elif not transforms:
-                        actions = (build(doc),)
-                    else:
-                        actions = [build(d) for d in docs]
+                    actions = (build_raw(msg, t, value, k.decode()),)
                 except ActionError as e:
-                    dead = DeadLetter.from_exception(rec, "index", e, trace)
-                except DecodeError as e:  # check_ints
+                    dead = DeadLetter.from_exception(record_of(msg), "index", e, trace)
+            else:
+                rec = record_of(msg)
+                doc: Doc | None = None
+                try:
+                    key = None if rec.key is None else decode_key(rec)
+                    if rec.value is None:
+                        tomb = self._tombstone(rec, key)
+                        if tomb is None:
+                            skipped += 1
+                            continue
+                        if isinstance(tomb, DeadLetter):  # ON_NULL_VALUE=dlq: routed
+                            routed.append(tomb)
+                            continue
+                        doc = tomb
+                    elif transforms:
+                        doc = Doc(rec, decode_value(rec), key)
+                    elif not as_is:  # no transforms: the decoded value goes to its action
+                        source = decode_value(rec)
+                except DecodeError as e:
                     dead = DeadLetter.from_exception(rec, "deserialize", e, trace)
+                except RecordFailedError as e:  # ON_NULL_VALUE=fail
+                    halt.hold(t, p, offset, e)
+                    halted = stopped = True
+                    continue
+                if dead is None and doc is not None and transforms:
+                    try:
+                        docs = apply_transforms(transforms, doc)
+                    except Exception as e:  # any error in user code dead-letters the record
+                        dead = DeadLetter.from_exception(rec, "transform", e, trace)
+                    else:
+                        if not docs:
+                            skipped += 1
+                            run = 0
+                            continue
+                if dead is None:
+                    try:
+                        if as_is:  # valid, and sent as it arrived: nothing decoded
+                            actions = (build_raw(rec, t, value, key),)
+                        elif doc is None:  # no Doc made: what `build(Doc(rec, source, key))` does
+                            try:
+                                action = build_source(rec, source, key)
+                            except ActionError:
+                                if check_ints is not None:  # decoding's error comes first
+                                    check_ints(value)
+                                raise
+                            if check_ints is not None and b"+" in action.data:
+                                check_ints(value)
+                            actions = (action,)
+                        elif not transforms:
+                            actions = (build(doc),)
+                        else:
+                            actions = [build(d) for d in docs]
+                    except ActionError as e:
+                        dead = DeadLetter.from_exception(rec, "index", e, trace)
+                    except DecodeError as e:  # check_ints
+                        dead = DeadLetter.from_exception(rec, "deserialize", e, trace)
             if dead is not None:
                 if not tolerate:
-                    halt.hold(rec.topic, rec.partition, rec.offset, policy.stop_error(dead))
+                    halt.hold(t, p, offset, policy.stop_error(dead))
                     halted = stopped = True
                     continue
                 run += 1
@@ -192,7 +193,7 @@ class Processor:
                 part = (
                     zlib.crc32(action.id.encode()) % n_parts
                     if action.id is not None
-                    else rec.partition % n_parts
+                    else p % n_parts
                 )
                 chunk = chunks.get(part)
                 if chunk is None:

@@ -30,7 +30,7 @@ from sinks.elasticsearch import index_names
 from sinks.elasticsearch.config import DocumentConfig
 from sinks.elasticsearch.index_names import IndexName
 from sinks.elasticsearch.write_methods import ACTIONS, DELETE, WRITE_METHODS, Encode, WriteMethod
-from sinks.model import Action, Doc, Record
+from sinks.model import Action, Doc, KafkaMessage, Record, record_of
 
 MAX_ID_BYTES = 512  # Elasticsearch refuses longer ids (and fails the whole bulk request)
 MAX_VERSION = 2**63 - 1
@@ -139,18 +139,28 @@ class ActionBuilder:
             id_json = _dumps(doc_id)
         return Action(doc_id, b"".join((prefixes[0], id_json, _ID_END, body, b"\n")), rec)
 
-    def build_raw(self, rec: Record, source_line: bytes, key: Any) -> Action:
+    def build_raw(
+        self, origin: Record | KafkaMessage, topic: str, source_line: bytes, key: Any
+    ) -> Action:
         """`build_source` for a JSON object sent as it arrived, `source_line` (one line,
-        no newline): only where `takes_raw_sources` (see `flows.decode.json.RawObjects`)."""
-        index, doc_id = self._plain_index_id(rec, None, key)
+        no newline) of a record of `topic`: only where `takes_raw_sources` (see
+        `flows.decode.json.RawObjects`). `origin` may be the consumed message itself: a
+        `Record` is made of it only when the id or index needs more than the key and topic."""
+        index = self._topic_index.get(topic)
+        doc_id: str | None
+        if index is not None and self._key_ids and type(key) is str and 0 < len(key) <= 128:
+            doc_id = key  # what `_plain_index_id` gives
+        else:
+            index, doc_id = self._plain_index_id(record_of(origin), None, key)
         if doc_id is None:
-            return Action(None, b"".join((self._prefixes_of(index)[1], source_line, b"\n")), rec)
+            line = b"".join((self._prefixes_of(index)[1], source_line, b"\n"))
+            return Action(None, line, origin)
         prefixes = self._prefixes.get(index) or self._prefixes_of(index)
         try:
             id_json = _orjson_dumps(doc_id)
         except TypeError:  # a lone surrogate: `_dumps` raises the ActionError
             id_json = _dumps(doc_id)
-        return Action(doc_id, b"".join((prefixes[0], id_json, _ID_END, source_line, b"\n")), rec)
+        return Action(doc_id, b"".join((prefixes[0], id_json, _ID_END, source_line, b"\n")), origin)
 
     def _plain_index_id(
         self, rec: Record, source: dict[str, Any] | None, key: Any

@@ -211,7 +211,7 @@ class Call:
             self.rejected[id(pending[i])] = dl
 
     def failed_records(self, actions: list[Action]) -> dict[int, DeadLetter]:
-        """id(record) → the dead letter of its first failed action, in request order: one
+        """id(action.origin) → the dead letter of its first failed action, in request order: one
         dead letter per record, however many of its actions (fan-out) failed."""
         if not self.rejected:
             return {}
@@ -219,7 +219,7 @@ class Call:
         for action in actions:
             dl = self.rejected.get(id(action))
             if dl is not None:
-                out.setdefault(id(action.record), dl)
+                out.setdefault(id(action.origin), dl)
         return out
 
 

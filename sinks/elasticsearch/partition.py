@@ -417,7 +417,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         ok = 0
         counted: set[int] = set()
         for action in actions:
-            key = id(action.record)
+            key = id(action.origin)
             dl = bad.get(key)
             if dl is None:
                 run = 0

@@ -17,9 +17,10 @@ from flows import halt
 from flows.config import Settings
 from flows.errors import DeadLetterLimitError, RecordFailedError
 from flows.process import Processor, is_documents
-from flows.record import DeadLetter, Doc
+from flows.record import DeadLetter, Doc, Record
 from sinks.actions import Action
 from sinks.deep import deep_recursion
+from sinks.model import record_of
 from tests import fuzz_inputs
 
 # `sample_transforms` sits next to this file; import it by whatever name pytest gave us.
@@ -547,3 +548,44 @@ def test_a_run_ended_inside_a_batch_trips_the_limit(split: int) -> None:
         if split:
             p(bad[:split])
         p([*bad[split:], good("a", 4)])
+
+
+def _everything(out: list[tuple[str, Any]]) -> list[tuple[Any, ...]]:
+    """What a batch sends, each action with its record in full, in order."""
+    return [
+        (p, a.id, a.data, record_of(a.origin))
+        if isinstance(a, Action)
+        else (p, a.stage, a.error_class, a.message, a.record)
+        for p, item in out
+        for a in (item if is_documents((p, item)) else [item])
+    ]
+
+
+@pytest.mark.parametrize("env", [{}, {"DOC_ID": "coordinates"}, {"DOC_ID": "none"}])
+def test_actions_without_a_record_are_those_with_one(env: dict[str, str]) -> None:
+    """A JSON object sent as it arrived with an ASCII string key keeps its message as the
+    action's origin (no `Record` made); the general path, which makes one, sends the same
+    actions from the same records and the same dead letters, over the fuzz inputs (keys
+    null, empty, over 512 bytes, not UTF-8, non-ASCII; every bad value) and headers."""
+    cases = fuzz_inputs.generate(11, n_bad=800)
+    batch = [
+        msg(c.value, c.key, offset=i, headers=list(c.headers) or [("h", b"v")], timestamp=None)
+        if i % 7 == 0
+        else msg(c.value, c.key, offset=i, headers=list(c.headers) or None)
+        for i, c in enumerate(cases)
+    ]
+    records = [
+        Record(TOPIC, 5, i, None if i % 7 == 0 else TS, c.key, c.value,
+               tuple(c.headers) or ((("h", b"v"),) if i % 7 == 0 else ()))
+        for i, c in enumerate(cases)
+    ]  # fmt: skip
+    s = tolerant(**env)
+    fast = Processor(s, [], PARTS)
+    general = Processor(s, [], PARTS)
+    general._text_keys = False  # every record through `record_of` and the key decoder
+    out = fast(batch)
+    kept = [a.origin for a in all_actions(out)]
+    assert sum(isinstance(o, Message) for o in kept) > len(kept) // 2  # the fast path ran
+    assert any(isinstance(o, Record) for o in kept)  # and the general one
+    assert _everything(out) == _everything(general(batch))
+    assert all(row[-1] == records[row[-1].offset] for row in _everything(out))

@@ -222,7 +222,7 @@ def test_recording_a_verdict_keeps_one_account() -> None:
     assert c.not_found == {id(pending[3])}
     c.record(pending, bulk.DONE)  # a later answer wrote them all: the delete found it
     assert c.not_found == set()
-    assert list(c.failed_records(pending)) == [id(pending[i].record) for i in (1, 4, 5, 6)]
+    assert list(c.failed_records(pending)) == [id(pending[i].origin) for i in (1, 4, 5, 6)]
 
 
 # ------------------------------------------------------------------ updates (recorded)

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 from elastic_transport import ApiResponseMeta, ConnectionTimeout, HttpHeaders, NodeConfig
 from elastic_transport import ConnectionError as TransportConnectionError
 from elasticsearch import ApiError, AuthenticationException, AuthorizationException
@@ -1167,6 +1168,35 @@ def test_a_fanned_out_record_with_all_actions_refused_is_one_dead_letter(crossed
     assert len(rig.dlq.letters) == 1
     assert rig.dlq.sends == 1
     assert rig.part._policy.failed_total == 1
+
+
+@pytest.mark.parametrize("crossed", [False, True], ids=["local", "from-another-process"])
+def test_refused_actions_that_kept_their_message_are_a_dead_letter_each(crossed: bool) -> None:
+    """An action made without a `Record` keeps its consumed message (`Action.origin`);
+    its `record` is a new object at each read, so a record is counted by its origin:
+    every refused record is its own dead letter, with its own bytes and coordinates."""
+    bad = (400, MAPPER_ERROR)
+    rig = Rig(FakeClient({f"m{i}": bad for i in range(0, 40, 3)}))
+    b = ActionBuilder(sink_config.documents(rig.settings))
+    messages = [
+        Message(topic=TOPIC, partition=1, offset=i, key=f"m{i}".encode(),
+                value=b'{"n": %d}' % i, timestamp=(TIMESTAMP_CREATE_TIME, TS),
+                headers=[("h", b"%d" % i)])
+        for i in range(40)
+    ]  # fmt: skip
+    acts: list[Action] = Actions(
+        b.build_raw(m, TOPIC, m.value(), m.key().decode()) for m in messages
+    )
+    if crossed:
+        acts = pickle.loads(pickle.dumps(acts))
+    rig.part.write_batch([acts])
+    rig.part.snapshot()
+    got = sorted((dl.record for dl in rig.dlq.letters), key=lambda r: r.offset)
+    assert got == [
+        Record(TOPIC, 1, i, TS, f"m{i}".encode(), b'{"n": %d}' % i, (("h", b"%d" % i),))
+        for i in range(0, 40, 3)
+    ]
+    assert rig.part._policy.failed_total == len(got) == 14
 
 
 # -------------------------- ERRORS_TOLERANCE=none: the earliest refused offset (F13)
