@@ -62,20 +62,21 @@ TRANSPORT_ERRORS = (TransportConnectionError, ConnectionTimeout, ApiError)
 
 
 def chunks(
-    actions: list[Action], max_actions: int, max_bytes: int
+    actions: list[Action], max_actions: int, max_bytes: int, total: int | None = None
 ) -> Iterator[tuple[list[Action], int]]:
     """`actions` in request-sized runs (at most `max_actions`, and `max_bytes` unless a single
     action is larger), each with its size in bytes. The split points are found in C
     (`accumulate`, `bisect`), not by a Python loop per action; a buffer that fits in one
-    request is yielded as it is (the same list)."""
-    sizes = [len(a.data) for a in actions]
-    n = len(sizes)
-    total = sum(sizes)
+    request is yielded as it is (the same list), without reading its actions when the
+    caller knows their `total` bytes (the sink partition counts them as they come)."""
+    n = len(actions)
+    if total is None:
+        total = sum([len(a.data) for a in actions])
     if n <= max_actions and total <= max_bytes:
         if n:
             yield actions, total
         return
-    ends = list(accumulate(sizes))  # ends[i]: the bytes of actions[0..i]
+    ends = list(accumulate([len(a.data) for a in actions]))  # ends[i]: bytes of [0..i]
     start = base = 0
     while start < n:
         # The longest run from `start` within both limits, and never empty.
@@ -97,7 +98,7 @@ def whole_requests(
         n = len(actions) - len(actions) % max_actions
         return n, total - sum([len(a.data) for a in actions[n:]])
     n = size = 0
-    for run, run_bytes in chunks(actions, max_actions, max_bytes):
+    for run, run_bytes in chunks(actions, max_actions, max_bytes, total):
         if n + len(run) == len(actions) and len(run) < max_actions and run_bytes < max_bytes:
             break  # the tail: it reached neither limit
         n += len(run)

@@ -23,6 +23,7 @@ state, and replays overwrite.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -272,7 +273,8 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         self._held.sending(size)
         self._bytes -= size
         self._gauge.set(len(self._buf))
-        self._inflight = bulk_pool(self._max_in_flight).submit(self._send_all, buf)
+        send = functools.partial(self._send_all, total=size)
+        self._inflight = bulk_pool(self._max_in_flight).submit(send, buf)
 
     def _join(self) -> None:
         """Wait for the bulk in flight; its error (the flow stops on it) is raised here."""
@@ -309,11 +311,11 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
 
     # -- sending (on a pool thread)
 
-    def _send_all(self, buf: list[Action]) -> None:
-        """Send `buf` in bulks no larger than the configured limits."""
+    def _send_all(self, buf: list[Action], total: int) -> None:
+        """Send `buf` (`total` bytes) in bulks no larger than the configured limits."""
         sent = 0
         try:
-            for chunk, size in bulk.chunks(buf, self._max_actions, self._max_bytes):
+            for chunk, size in bulk.chunks(buf, self._max_actions, self._max_bytes, total):
                 self._send(chunk)
                 self._held.release(size)
                 sent += len(chunk)

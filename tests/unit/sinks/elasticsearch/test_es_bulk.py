@@ -387,9 +387,12 @@ def _whole_by_chunks(acts: list[Action], max_actions: int, max_bytes: int) -> tu
 
 
 def test_chunks_split_as_a_loop_over_each_action_would() -> None:
+    """With or without the buffer's total bytes given (the sink partition's count)."""
     for acts, max_actions, max_bytes in _random_buffers(14):
-        got = list(bulk.chunks(acts, max_actions, max_bytes))
-        assert got == _chunks_one_by_one(acts, max_actions, max_bytes)
+        want = _chunks_one_by_one(acts, max_actions, max_bytes)
+        assert list(bulk.chunks(acts, max_actions, max_bytes)) == want
+        total = sum(len(a.data) for a in acts)
+        assert list(bulk.chunks(acts, max_actions, max_bytes, total)) == want
 
 
 def test_whole_requests_are_the_chunks_before_a_tail_below_both_limits() -> None:
