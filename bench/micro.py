@@ -6,6 +6,7 @@ small for an end-to-end run to resolve (docs/benchmarks.md):
   --floor`: the value checked as a JSON object, the action line) and that work with the
   flow's per-record objects (an `Action` keeping its message, the sink partition of its
   id, a chunk per partition);
+- what crosses between processes: dumps + loads of the processor's chunks;
 - the sink's reading of a `_bulk` answer with errors (classify it, apply it to the call's
   account, find the failed records) at 0.5% and 5% of items refused.
 
@@ -107,6 +108,30 @@ def floor_us(msgs: list[Any], objects: bool) -> float:
     return best_us(with_objects if objects else bare, len(msgs))
 
 
+def exchange_us(msgs: list[Any], with_records: bool) -> float:
+    """dumps + loads of the processor's chunks (what crosses Bytewax's exchange between
+    processes), the actions keeping their messages or holding `Record`s."""
+    import pickle
+
+    from flows.config import Settings
+    from flows.process import Processor
+    from sinks.model import Action, Actions, record_of
+
+    chunks = [
+        c
+        for b in range(0, len(msgs), 500)
+        for _, c in Processor(Settings.load(), [], 8)(msgs[b : b + 500])
+    ]
+    if with_records:
+        chunks = [Actions(Action(a.id, a.data, record_of(a.origin)) for a in c) for c in chunks]
+
+    def run() -> None:
+        for c in chunks:
+            pickle.loads(pickle.dumps(c))  # noqa: S301  # our own bytes
+
+    return best_us(run, len(msgs))
+
+
 def bulk_answer_us(refused: int) -> float:
     from sinks.backoff import SYSTEM_CLOCK, Backoff
     from sinks.elasticsearch import bulk
@@ -143,6 +168,10 @@ def main() -> None:
         print(
             f"{variant} records, µs/record: processor {processor_us(msgs):.2f}, the floor's "
             f"work {floor_us(msgs, False):.2f}, with the flow's objects {floor_us(msgs, True):.2f}"
+        )
+        print(
+            f"{variant} records across processes, µs/record: actions with their message "
+            f"{exchange_us(msgs, False):.2f}, with a Record {exchange_us(msgs, True):.2f}"
         )
     for refused in (BULK_ITEMS // 200, BULK_ITEMS // 20):
         share = refused / BULK_ITEMS

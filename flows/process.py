@@ -70,7 +70,7 @@ class Processor:
         # Elasticsearch as it arrived, never decoded (`flows.decode.json.RawObjects`).
         as_is = later is not None and settings.json_as_is and self._actions.takes_raw_sources
         self._raw = RawObjects() if as_is else None
-        # ...and its string key (ASCII: the decoder's UTF-8 check is moot) is its id as is.
+        # ...and with a string key (ASCII: the decoder's UTF-8 check is moot) no Record.
         self._text_keys = settings.key_format == "string"
         self._policy = ErrorPolicy(sink_config.tolerance(settings), "decode/transform")
         self._null_value = settings.on_null_value
@@ -118,8 +118,8 @@ class Processor:
             value = msg.value()
             as_is = raw is not None and value is not None and raw(value)
             if as_is and text_keys and (k := msg.key()) is not None and k.isascii():
-                # The common case: a JSON object sent as it arrived, its string key the
-                # id. No Record is made: the action keeps the message (`Action.origin`).
+                # The common case: a JSON object sent as it arrived, with a string key.
+                # No Record is made: the action keeps the message (`Action.origin`).
                 try:
                     actions = (build_raw(msg, t, value, k.decode()),)
                 except ActionError as e:

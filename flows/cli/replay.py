@@ -222,7 +222,7 @@ class Replayer:
         routed = self._processor(messages)  # type: ignore[arg-type]  # Message-like
         chunks = [item[1] for item in routed if is_documents(item)]
         letters: list[DeadLetter] = [item[1] for item in routed if not is_documents(item)]
-        sent = {(a.record.topic, a.record.partition, a.record.offset) for c in chunks for a in c}
+        sent = {(r.topic, r.partition, r.offset) for c in chunks for r in [a.record for a in c]}
         failed = {(d.record.topic, d.record.partition, d.record.offset) for d in letters}
         dropped = len(messages) - len(sent) - len(failed)
         if self._dry_run:

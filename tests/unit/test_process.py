@@ -561,31 +561,49 @@ def _everything(out: list[tuple[str, Any]]) -> list[tuple[Any, ...]]:
     ]
 
 
-@pytest.mark.parametrize("env", [{}, {"DOC_ID": "coordinates"}, {"DOC_ID": "none"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"DOC_ID": "coordinates"},
+        {"DOC_ID": "none"},
+        {"ES_INDEX": "orders-{yyyy.MM.dd}"},  # a date pattern: its name is never cached
+        {"ES_INDEX_MAP": "orders:o-{yyyy.MM}", "ON_NULL_KEY": "dlq"},
+        {"ERRORS_TOLERANCE": "log"},
+        {"ERRORS_TOLERANCE": "none"},  # each partition stops on its first failure
+    ],
+    ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()) or "defaults",
+)
 def test_actions_without_a_record_are_those_with_one(env: dict[str, str]) -> None:
     """A JSON object sent as it arrived with an ASCII string key keeps its message as the
     action's origin (no `Record` made); the general path, which makes one, sends the same
-    actions from the same records and the same dead letters, over the fuzz inputs (keys
-    null, empty, over 512 bytes, not UTF-8, non-ASCII; every bad value) and headers."""
+    actions from the same records, the same dead letters and holds the same failures, over
+    the fuzz inputs (keys null, empty, over 512 bytes, not UTF-8, non-ASCII; every bad
+    value) in three partitions, with and without timestamps and headers."""
     cases = fuzz_inputs.generate(11, n_bad=800)
-    batch = [
-        msg(c.value, c.key, offset=i, headers=list(c.headers) or [("h", b"v")], timestamp=None)
-        if i % 7 == 0
-        else msg(c.value, c.key, offset=i, headers=list(c.headers) or None)
-        for i, c in enumerate(cases)
-    ]
     records = [
-        Record(TOPIC, 5, i, None if i % 7 == 0 else TS, c.key, c.value,
+        Record(TOPIC, i % 3, i, None if i % 7 == 0 else TS, c.key, c.value,
                tuple(c.headers) or ((("h", b"v"),) if i % 7 == 0 else ()))
         for i, c in enumerate(cases)
     ]  # fmt: skip
-    s = tolerant(**env)
-    fast = Processor(s, [], PARTS)
+    batch = [
+        msg(r.value, r.key, offset=r.offset, partition=r.partition, timestamp=r.timestamp,
+            headers=list(r.headers) or None)
+        for r in sorted(records, key=lambda r: r.partition)  # in runs of one partition
+    ]  # fmt: skip
+    s = settings(**env) if "ERRORS_TOLERANCE" in env else tolerant(**env)
     general = Processor(s, [], PARTS)
     general._text_keys = False  # every record through `record_of` and the key decoder
-    out = fast(batch)
+    want = _everything(general(batch))
+    want_held = {k: (o, str(e)) for k, (o, e) in halt.HELD.items()}
+    halt.clear()
+    out = Processor(s, [], PARTS)(batch)
+    assert _everything(out) == want
+    assert {k: (o, str(e)) for k, (o, e) in halt.HELD.items()} == want_held
+    assert all(row[-1] == records[row[-1].offset] for row in want)
     kept = [a.origin for a in all_actions(out)]
     assert sum(isinstance(o, Message) for o in kept) > len(kept) // 2  # the fast path ran
-    assert any(isinstance(o, Record) for o in kept)  # and the general one
-    assert _everything(out) == _everything(general(batch))
-    assert all(row[-1] == records[row[-1].offset] for row in _everything(out))
+    if env.get("ERRORS_TOLERANCE") == "none":
+        assert len(want_held) == 3
+    else:
+        assert any(isinstance(o, Record) for o in kept)  # and the general one

@@ -6,8 +6,18 @@ import pickle
 from typing import Any
 
 import pytest
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, Message
 
-from sinks.model import MISSING, Action, Actions, DeadLetter, Doc, FieldPath, Record
+from sinks.model import (
+    MISSING,
+    Action,
+    Actions,
+    DeadLetter,
+    Doc,
+    FieldPath,
+    Record,
+    record_of,
+)
 
 REC = Record("orders", 3, 42, 1_714_564_800_123, b"k", b"{}", (("h", b"1"),))
 
@@ -143,6 +153,35 @@ def test_a_chunk_of_actions_pickles_as_columns() -> None:
     assert len({id(a.record) for a in copy}) == 4
     assert copy[0].record.headers == (("h", b"1"),) and copy[2].record.value is None
     assert pickle.loads(pickle.dumps(Actions())) == []
+
+
+def _message(offset: int, headers: list[tuple[str, bytes]] | None, ts: int | None) -> Message:
+    stamp = (TIMESTAMP_CREATE_TIME, ts) if ts is not None else (TIMESTAMP_NOT_AVAILABLE, 0)
+    return Message(topic="orders", partition=3, offset=offset, key=b"k%d" % offset,
+                   value=b"v%d" % offset, headers=headers, timestamp=stamp)  # fmt: skip
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["messages", "messages-and-records"])
+def test_actions_that_kept_their_message_pickle_as_records(mixed: bool) -> None:
+    """An action whose origin is the consumed message (`flows.process`' common case)
+    crosses the exchange as the same columns and comes back with its `Record`; a
+    chunk may hold both kinds (a record off the common case)."""
+    messages = [_message(0, [("h", b"1")], 5), _message(1, None, None), _message(2, [], 7)]
+    origins: list[Any] = list(messages)
+    if mixed:
+        origins[1] = record_of(messages[1])
+    chunk = Actions(Action(f"k{i}", b"%d\n" % i, o) for i, o in enumerate(origins))
+    want = [
+        ("k0", b"0\n", Record("orders", 3, 0, 5, b"k0", b"v0", (("h", b"1"),))),
+        ("k1", b"1\n", Record("orders", 3, 1, None, b"k1", b"v1", ())),
+        ("k2", b"2\n", Record("orders", 3, 2, 7, b"k2", b"v2", ())),
+    ]
+    assert [(a.id, a.data, a.record) for a in chunk] == want
+    copy = pickle.loads(pickle.dumps(chunk))
+    assert type(copy) is Actions
+    assert [(a.id, a.data, a.origin) for a in copy] == want
+    alone = pickle.loads(pickle.dumps(chunk[0]))
+    assert (alone.id, alone.data, alone.origin) == want[0]
 
 
 def test_flows_record_reexports_the_model() -> None:

@@ -1197,6 +1197,7 @@ def test_refused_actions_that_kept_their_message_are_a_dead_letter_each(crossed:
         for i in range(0, 40, 3)
     ]
     assert rig.part._policy.failed_total == len(got) == 14
+    assert rig.part._policy.seen == 40  # each refused record counted failed, not also ok
 
 
 # -------------------------- ERRORS_TOLERANCE=none: the earliest refused offset (F13)
