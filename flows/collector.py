@@ -7,6 +7,13 @@ per record with the defaults, 8.0 with a 100,000 threshold, 6.6 with automatic c
 off. Almost everything in the pipeline is freed by reference counting; a full collection
 every GC_INTERVAL_S seconds frees what cycles remain (user transforms, exceptions), so
 memory stays bounded.
+
+A full collection still walks everything the sink buffers hold, an action and its message
+per record: ~150,000 objects with full buffers of small records, 0.06-0.24 s of CPU each,
+~4% of the flow's CPU at 10 s (docs/benchmarks.md, 2026-12-05, third session), and in
+runs with dead letters and transforms none of them freed anything. So while collections
+free nothing the clock slows down, doubling its interval up to BACKOFF_MAX times
+GC_INTERVAL_S; a collection that frees something brings it back to GC_INTERVAL_S.
 """
 
 from __future__ import annotations
@@ -14,21 +21,34 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from collections.abc import Callable
+
+BACKOFF_MAX = 8
+"""The longest interval, in multiples of GC_INTERVAL_S, reached while collections free
+nothing (80 s with the default): how long new garbage cycles can wait, at most, once."""
 
 _started = threading.Lock()
 
 
 def collect_on_a_clock(interval_s: float) -> None:
     """Freeze what is alive now (modules, settings), turn automatic collection off, and
-    collect from a daemon thread every `interval_s` seconds; 0 keeps Python's defaults."""
+    collect from a daemon thread every `interval_s` seconds or, while collections free
+    nothing, up to BACKOFF_MAX times less often; 0 keeps Python's defaults."""
     if interval_s <= 0 or not _started.acquire(blocking=False):
         return
     gc.freeze()
     gc.disable()
-    threading.Thread(target=_run, args=(interval_s,), name="gc-clock", daemon=True).start()
+    threading.Thread(
+        target=run_clock, args=(interval_s, gc.collect, time.sleep), name="gc-clock", daemon=True
+    ).start()
 
 
-def _run(interval_s: float) -> None:
+def run_clock(
+    interval_s: float, collect: Callable[[], int], sleep: Callable[[float], object]
+) -> None:
+    """Sleep, `collect` (which returns how many objects it found unreachable), and wait
+    twice as long after a collection that found none, up to BACKOFF_MAX times `interval_s`."""
+    wait = interval_s
     while True:
-        time.sleep(interval_s)
-        gc.collect()
+        sleep(wait)
+        wait = interval_s if collect() else min(2 * wait, BACKOFF_MAX * interval_s)

@@ -18,7 +18,8 @@ class RuntimeSettings(Group):
     gc_interval_s: float = setting(
         "GC_INTERVAL_S",
         10.0,
-        "Seconds between the cyclic garbage collector's runs (flows.collector); 0: Python's",
+        "Seconds between the cyclic garbage collector's runs, up to 8x as long while they"
+        " free nothing (flows.collector); 0: Python's",
         ge=0.0,
     )
     kafka_metadata_refresh_s: float = setting(
