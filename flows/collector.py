@@ -5,15 +5,16 @@ run walks the young objects still alive: here the actions and records waiting in
 buffers. Measured on a 1,000,000-record backlog (scripts/bench, flow-1w): 10.9 µs of CPU
 per record with the defaults, 8.0 with a 100,000 threshold, 6.6 with automatic collection
 off. Almost everything in the pipeline is freed by reference counting; a full collection
-every GC_INTERVAL_S seconds frees what cycles remain (user transforms, exceptions), so
+every GC_INTERVAL_S seconds finds what cycles remain (user transforms, exceptions), so
 memory stays bounded.
 
 A full collection still walks everything the sink buffers hold, an action and its message
 per record: ~150,000 objects with full buffers of small records, 0.06-0.24 s of CPU each,
 ~4% of the flow's CPU at 10 s (docs/benchmarks.md, 2026-12-05, third session), and in
-runs with dead letters and transforms none of them freed anything. So while collections
-free nothing the clock slows down, doubling its interval up to BACKOFF_MAX times
-GC_INTERVAL_S; a collection that frees something brings it back to GC_INTERVAL_S.
+runs with dead letters and transforms none of them found any garbage. So after a
+collection that finds none the clock waits twice as long, up to GC_INTERVAL_MAX_S (40 s by
+default: the longest a new garbage cycle waits); a collection that finds some brings it
+back to GC_INTERVAL_S, so garbage made at a steady rate is collected at that interval.
 """
 
 from __future__ import annotations
@@ -23,32 +24,33 @@ import threading
 import time
 from collections.abc import Callable
 
-BACKOFF_MAX = 8
-"""The longest interval, in multiples of GC_INTERVAL_S, reached while collections free
-nothing (80 s with the default): how long new garbage cycles can wait, at most, once."""
-
 _started = threading.Lock()
 
 
-def collect_on_a_clock(interval_s: float) -> None:
+def collect_on_a_clock(interval_s: float, max_interval_s: float) -> None:
     """Freeze what is alive now (modules, settings), turn automatic collection off, and
-    collect from a daemon thread every `interval_s` seconds or, while collections free
-    nothing, up to BACKOFF_MAX times less often; 0 keeps Python's defaults."""
+    collect from a daemon thread every `interval_s` seconds, or up to every
+    `max_interval_s` while collections find no garbage; `interval_s` 0 keeps Python's
+    defaults."""
     if interval_s <= 0 or not _started.acquire(blocking=False):
         return
     gc.freeze()
     gc.disable()
-    threading.Thread(
-        target=run_clock, args=(interval_s, gc.collect, time.sleep), name="gc-clock", daemon=True
-    ).start()
+    args = (interval_s, max_interval_s, gc.collect, time.sleep)
+    threading.Thread(target=run_clock, args=args, name="gc-clock", daemon=True).start()
 
 
 def run_clock(
-    interval_s: float, collect: Callable[[], int], sleep: Callable[[float], object]
+    interval_s: float,
+    max_interval_s: float,
+    collect: Callable[[], int],
+    sleep: Callable[[float], object],
 ) -> None:
-    """Sleep, `collect` (which returns how many objects it found unreachable), and wait
-    twice as long after a collection that found none, up to BACKOFF_MAX times `interval_s`."""
+    """Sleep, `collect` (which returns how many unreachable objects it found), and wait
+    twice as long after a collection that found none, up to `max_interval_s` (never less
+    than `interval_s`); back to `interval_s` after one that found some."""
+    longest = max(interval_s, max_interval_s)
     wait = interval_s
     while True:
         sleep(wait)
-        wait = interval_s if collect() else min(2 * wait, BACKOFF_MAX * interval_s)
+        wait = interval_s if collect() else min(2 * wait, longest)

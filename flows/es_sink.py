@@ -58,5 +58,5 @@ try:
 except ConfigError as _e:
     sys.exit(config_failure.line(_e))
 
-collector.collect_on_a_clock(_settings.gc_interval_s)
+collector.collect_on_a_clock(_settings.gc_interval_s, _settings.gc_interval_max_s)
 watchdog.watch(_settings, run_args())

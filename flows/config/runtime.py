@@ -18,8 +18,14 @@ class RuntimeSettings(Group):
     gc_interval_s: float = setting(
         "GC_INTERVAL_S",
         10.0,
-        "Seconds between the cyclic garbage collector's runs, up to 8x as long while they"
-        " free nothing (flows.collector); 0: Python's",
+        "Seconds between the cyclic garbage collector's runs (flows.collector); 0: Python's",
+        ge=0.0,
+    )
+    gc_interval_max_s: float = setting(
+        "GC_INTERVAL_MAX_S",
+        40.0,
+        "Longest wait between collections, reached by doubling while they find no garbage"
+        " (the most a new garbage cycle waits); at most GC_INTERVAL_S: no doubling",
         ge=0.0,
     )
     kafka_metadata_refresh_s: float = setting(

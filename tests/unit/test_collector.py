@@ -14,7 +14,7 @@ from flows import collector
 class Node:
     pass
 
-collector.collect_on_a_clock({interval})
+collector.collect_on_a_clock({interval}, {interval} * 4)
 a, b = Node(), Node()
 a.other, b.other = b, a  # a cycle: reference counting alone never frees it
 alive = weakref.ref(a)
@@ -46,8 +46,9 @@ def test_zero_keeps_pythons_collector() -> None:
 
 
 def test_a_cycle_made_after_quiet_collections_is_still_collected() -> None:
-    """After a second of collections that free nothing the clock has slowed down to
-    BACKOFF_MAX times its interval (0.4 s here): a cycle made then is collected by it."""
+    """A smoke test of the slowed clock in a real process: after 0.4 s of collections that
+    found nothing (the clock at its longest, 0.2 s here), a cycle made then is collected,
+    three times over. The arithmetic is the next test's."""
     check = """
 for _ in range(3):
     time.sleep(0.4)
@@ -55,10 +56,10 @@ for _ in range(3):
     a.other, b.other = b, a
     alive = weakref.ref(a)
     del a, b
-    deadline = time.monotonic() + 10 * 0.4
+    deadline = time.monotonic() + 10
     while alive() is not None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert alive() is None, "the cycle was not collected within the slowest interval"
+    assert alive() is None, "the cycle was not collected"
 """
     done = run_child(0.05, check)
     assert done.returncode == 0, done.stderr
@@ -68,21 +69,30 @@ class _Stop(Exception):
     pass
 
 
-def test_the_clock_slows_down_while_collections_free_nothing() -> None:
-    """It doubles its interval after each collection that found nothing, up to
-    BACKOFF_MAX times GC_INTERVAL_S, and is back at GC_INTERVAL_S after one that freed
-    something."""
-    from flows.collector import BACKOFF_MAX, run_clock
+def _waits(interval: float, longest: float, found: list[int]) -> list[float]:
+    """The clock's sleeps while `collect` finds `found`, one after the other."""
+    from flows.collector import run_clock
 
-    found = iter([0, 0, 0, 0, 0, 3, 0, 12, 0])
+    results = iter(found)
     waits: list[float] = []
 
     def sleep(s: float) -> None:
-        if len(waits) == 9:
-            raise _Stop
         waits.append(s)
+        if len(waits) > len(found):  # each found count was used: stop before collecting
+            raise _Stop
 
     with pytest.raises(_Stop):
-        run_clock(10, lambda: next(found), sleep)
-    assert BACKOFF_MAX == 8
-    assert waits == [10, 20, 40, 80, 80, 80, 10, 20, 10]
+        run_clock(interval, longest, lambda: next(results), sleep)
+    return waits
+
+
+def test_the_clock_slows_down_while_collections_find_no_garbage() -> None:
+    """It doubles its wait after each collection that found nothing, up to its longest,
+    and is back at GC_INTERVAL_S after one that found something."""
+    assert _waits(10, 40, [0, 0, 0, 0, 3, 0, 12, 0]) == [10, 20, 40, 40, 40, 10, 20, 10, 20]
+    assert _waits(10, 50, [0, 0, 0, 0]) == [10, 20, 40, 50, 50]
+
+
+@pytest.mark.parametrize("longest", [0, 5, 10])
+def test_a_longest_wait_up_to_the_interval_keeps_a_fixed_clock(longest: float) -> None:
+    assert _waits(10, longest, [0, 0, 2, 0]) == [10] * 5
