@@ -14,11 +14,19 @@ from flows import collector
 class Node:
     pass
 
+def cycle():
+    a, b = Node(), Node()
+    a.other, b.other = b, a  # a cycle: reference counting alone never frees it
+    return weakref.ref(a)
+
+def collected(ref):
+    deadline = time.monotonic() + 10
+    while ref() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return ref() is None
+
 collector.collect_on_a_clock({interval}, {interval} * 4)
-a, b = Node(), Node()
-a.other, b.other = b, a  # a cycle: reference counting alone never frees it
-alive = weakref.ref(a)
-del a, b
+alive = cycle()
 {check}
 """
 
@@ -31,10 +39,7 @@ def run_child(interval: float, check: str) -> subprocess.CompletedProcess[str]:
 def test_cycles_are_collected_on_the_clock_with_automatic_collection_off() -> None:
     check = """
 assert not gc.isenabled()
-deadline = time.monotonic() + 10
-while alive() is not None and time.monotonic() < deadline:
-    time.sleep(0.01)
-assert alive() is None, "the cycle was never collected"
+assert collected(alive), "the cycle was never collected"
 """
     done = run_child(0.05, check)
     assert done.returncode == 0, done.stderr
@@ -52,14 +57,7 @@ def test_a_cycle_made_after_quiet_collections_is_still_collected() -> None:
     check = """
 for _ in range(3):
     time.sleep(0.4)
-    a, b = Node(), Node()
-    a.other, b.other = b, a
-    alive = weakref.ref(a)
-    del a, b
-    deadline = time.monotonic() + 10
-    while alive() is not None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert alive() is None, "the cycle was not collected"
+    assert collected(cycle()), "the cycle was not collected"
 """
     done = run_child(0.05, check)
     assert done.returncode == 0, done.stderr
