@@ -127,7 +127,7 @@ class ActionBuilder:
         the configured default. Same bytes, same errors."""
         if not self._plain or source is None:
             return self.build(Doc(rec, source, key))
-        index, doc_id = self._plain_index_id(rec, source, key)
+        index, doc_id = self._plain_index_id(rec, rec.topic, source, key)
         if doc_id is None:
             return Action(None, self._prefixes_of(index)[1] + _dumps(source) + b"\n", rec)
         prefixes = self._prefixes.get(index) or self._prefixes_of(index)
@@ -146,12 +146,7 @@ class ActionBuilder:
         no newline) of a record of `topic`: only where `takes_raw_sources` (see
         `flows.decode.json.RawObjects`). `origin` may be the consumed message itself: a
         `Record` is made of it only when the id or index needs more than the key and topic."""
-        index = self._topic_index.get(topic)
-        doc_id: str | None
-        if index is not None and self._key_ids and type(key) is str and 0 < len(key) <= 128:
-            doc_id = key  # what `_plain_index_id` gives
-        else:
-            index, doc_id = self._plain_index_id(record_of(origin), None, key)
+        index, doc_id = self._plain_index_id(origin, topic, None, key)
         if doc_id is None:
             line = b"".join((self._prefixes_of(index)[1], source_line, b"\n"))
             return Action(None, line, origin)
@@ -163,15 +158,17 @@ class ActionBuilder:
         return Action(doc_id, b"".join((prefixes[0], id_json, _ID_END, source_line, b"\n")), origin)
 
     def _plain_index_id(
-        self, rec: Record, source: dict[str, Any] | None, key: Any
+        self, origin: Record | KafkaMessage, topic: str, source: dict[str, Any] | None, key: Any
     ) -> tuple[str, str | None]:
-        """The configured index and id of a plain action (`build_source`, `build_raw`)."""
-        index = self._topic_index.get(rec.topic)
+        """The configured index and id of a plain action (`build_source`, `build_raw`) of a
+        record of `topic`; a `Record` is made of a message `origin` only when they need
+        more than the topic and the key (a date in the index name, another id)."""
+        index = self._topic_index.get(topic)
         if index is None:
-            index = self.index_for(rec)
+            index = self.index_for(record_of(origin))
         if self._key_ids and type(key) is str and 0 < len(key) <= 128:
             return index, key  # what `_derive_id` gives, and short enough
-        doc_id = self._derive_id(rec, source, key)
+        doc_id = self._derive_id(record_of(origin), source, key)
         if doc_id is not None:
             _check_id(doc_id)
         return index, doc_id
