@@ -162,6 +162,9 @@ class Actions(list[Action]):
         kinds = {type(o) for o in origins}
         head = ([a.id for a in self], [a.data for a in self])
         if Record not in kinds:  # consumed messages (`flows.process`' common case)
+            # `record_of`'s conversion, as columns: through a function per message
+            # (`zip(*map(...))`) it measured slower: up to 0.3 µs a small crossing action,
+            # 0.4-1.1 a large one, in one noisy run.
             msgs = cast(list[KafkaMessage], origins)
             stamps = [m.timestamp() for m in msgs]
             headers = [m.headers() for m in msgs]
