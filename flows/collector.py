@@ -27,11 +27,11 @@ from collections.abc import Callable
 _started = threading.Lock()
 
 
-def collect_on_a_clock(interval_s: float, max_interval_s: float) -> None:
+def collect_on_a_clock(interval_s: float, max_interval_s: float = 0.0) -> None:
     """Freeze what is alive now (modules, settings), turn automatic collection off, and
     collect from a daemon thread every `interval_s` seconds, or up to every
-    `max_interval_s` while collections find no garbage; `interval_s` 0 keeps Python's
-    defaults."""
+    `max_interval_s` while collections find no garbage (left out, or up to `interval_s`:
+    a fixed clock, as before GC_INTERVAL_MAX_S); `interval_s` 0 keeps Python's defaults."""
     if interval_s <= 0 or not _started.acquire(blocking=False):
         return
     gc.freeze()

@@ -25,14 +25,16 @@ def collected(ref):
         time.sleep(0.01)
     return ref() is None
 
-collector.collect_on_a_clock({interval}, {interval} * 4)
+collector.collect_on_a_clock({args})
 alive = cycle()
 {check}
 """
 
 
-def run_child(interval: float, check: str) -> subprocess.CompletedProcess[str]:
-    code = CHILD.format(interval=interval, check=check)
+def run_child(
+    interval: float, check: str, args: str = "{interval}, {interval} * 4"
+) -> subprocess.CompletedProcess[str]:
+    code = CHILD.format(args=args.format(interval=interval), check=check)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
 
@@ -42,6 +44,17 @@ assert not gc.isenabled()
 assert collected(alive), "the cycle was never collected"
 """
     done = run_child(0.05, check)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_flow_module_that_gives_only_the_interval_still_collects() -> None:
+    """`collect_on_a_clock(settings.gc_interval_s)`, as flow modules written before
+    GC_INTERVAL_MAX_S call it: a fixed clock."""
+    check = """
+assert not gc.isenabled()
+assert collected(alive), "the cycle was never collected"
+"""
+    done = run_child(0.05, check, args="{interval}")
     assert done.returncode == 0, done.stderr
 
 
