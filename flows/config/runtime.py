@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from flows.config.fields import Group, setting
 
+_GC_WAIT_LIMIT_S = 3600.0
+"""Garbage cycles wait at most this long for the collector: a longer wait is a typo (ms for
+s), and meanwhile their memory grows without bound."""
+
 
 class RuntimeSettings(Group):
     """How the process stops, collects garbage and notices new partitions."""
@@ -20,6 +24,7 @@ class RuntimeSettings(Group):
         10.0,
         "Seconds between the cyclic garbage collector's runs (flows.collector); 0: Python's",
         ge=0.0,
+        le=_GC_WAIT_LIMIT_S,
     )
     gc_interval_max_s: float = setting(
         "GC_INTERVAL_MAX_S",
@@ -27,6 +32,7 @@ class RuntimeSettings(Group):
         "Longest wait between collections, reached by doubling while they find no garbage"
         " (the most a new garbage cycle waits); at most GC_INTERVAL_S: no doubling",
         ge=0.0,
+        le=_GC_WAIT_LIMIT_S,
     )
     kafka_metadata_refresh_s: float = setting(
         "KAFKA_METADATA_REFRESH_S",

@@ -162,6 +162,8 @@ def test_enum_settings_reject_bad_values_naming_the_setting(name: str) -> None:
         ("ES_REQUEST_TIMEOUT_S", "0"),
         ("ES_RETRY_INITIAL_MS", "0"),
         ("ES_INDEX_MAP", "orders"),
+        ("GC_INTERVAL_S", "10000"),
+        ("GC_INTERVAL_MAX_S", "40000"),
     ],
 )
 def test_typed_settings_reject_bad_values_naming_the_setting(name: str, value: str) -> None:
