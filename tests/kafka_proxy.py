@@ -66,6 +66,16 @@ def _skip_tags(buf: bytes, at: int) -> int:
     return at
 
 
+def _skip_string(buf: bytes, at: int, flexible: bool) -> int:
+    """Past a (nullable) string: compact (length + 1, 0 for null) in flexible versions,
+    else an int16 length (-1 for null)."""
+    if flexible:
+        size, at = _uvarint(buf, at)
+        return at + max(size - 1, 0)
+    (size,) = struct.unpack_from(">h", buf, at)
+    return at + 2 + max(size, 0)
+
+
 def rewrite_metadata(body: bytes, version: int, port: int, empty: bool) -> bytes:
     """A Metadata answer (after the correlation id) whose brokers are this relay's address;
     when `empty`, none, and its topics repeated `SLOW_TOPICS` times (Metadata v9 and up
@@ -83,21 +93,9 @@ def rewrite_metadata(body: bytes, version: int, port: int, empty: bool) -> bytes
     nodes = []
     for _ in range(n):
         (node_id,) = struct.unpack_from(">i", body, at)
-        at += 4
-        if flexible:
-            size, at = _uvarint(body, at)
-            at += size - 1
-        else:
-            (size,) = struct.unpack_from(">h", body, at)
-            at += 2 + size
-        at += 4  # port
+        at = _skip_string(body, at + 4, flexible) + 4  # host, port
         if version >= 1:  # rack, nullable
-            if flexible:
-                size, at = _uvarint(body, at)
-                at += max(size - 1, 0)
-            else:
-                (size,) = struct.unpack_from(">h", body, at)
-                at += 2 + max(size, 0)
+            at = _skip_string(body, at, flexible)
         if flexible:
             at = _skip_tags(body, at)
         nodes.append(node_id)
@@ -129,8 +127,7 @@ def _repeat_topics(rest: bytes, version: int, times: int) -> bytes:
     if version < _FLEXIBLE_FROM:
         msg = f"Metadata v{version} is not slowed down (only the flexible versions)"
         raise NotImplementedError(msg)
-    size, at = _uvarint(rest, 0)
-    at += max(size - 1, 0) + 4  # cluster_id, controller_id
+    at = _skip_string(rest, 0, True) + 4  # cluster_id, controller_id
     n, topics_at = _uvarint(rest, at)
     if n == 0:  # a null array
         return rest
@@ -154,21 +151,9 @@ def rewrite_coordinator(body: bytes, version: int, port: int) -> bytes:
     at = _skip_tags(body, 0) if flexible else 0
     at += (4 if version >= 1 else 0) + 2  # throttle_time_ms, error_code
     if version >= 1:  # error_message, nullable
-        if flexible:
-            size, at = _uvarint(body, at)
-            at += max(size - 1, 0)
-        else:
-            (size,) = struct.unpack_from(">h", body, at)
-            at += 2 + max(size, 0)
-    at += 4  # node_id
-    start = at
-    if flexible:
-        size, at = _uvarint(body, at)
-        at += size - 1
-    else:
-        (size,) = struct.unpack_from(">h", body, at)
-        at += 2 + size
-    at += 4  # port
+        at = _skip_string(body, at, flexible)
+    start = at + 4  # after node_id
+    at = _skip_string(body, start, flexible) + 4  # host, port
     host = b"127.0.0.1"
     name = _put_uvarint(len(host) + 1) if flexible else struct.pack(">h", len(host))
     return body[:start] + name + host + struct.pack(">i", port) + body[at:]

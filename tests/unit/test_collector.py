@@ -38,23 +38,19 @@ def run_child(
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
 
-def test_cycles_are_collected_on_the_clock_with_automatic_collection_off() -> None:
+@pytest.mark.parametrize(
+    "args",
+    # The second: `collect_on_a_clock(settings.gc_interval_s)`, as flow modules written
+    # before GC_INTERVAL_MAX_S call it (a fixed clock).
+    ["{interval}, {interval} * 4", "{interval}"],
+    ids=["slowing-clock", "interval-only"],
+)
+def test_cycles_are_collected_on_the_clock_with_automatic_collection_off(args: str) -> None:
     check = """
 assert not gc.isenabled()
 assert collected(alive), "the cycle was never collected"
 """
-    done = run_child(0.05, check)
-    assert done.returncode == 0, done.stderr
-
-
-def test_a_flow_module_that_gives_only_the_interval_still_collects() -> None:
-    """`collect_on_a_clock(settings.gc_interval_s)`, as flow modules written before
-    GC_INTERVAL_MAX_S call it: a fixed clock."""
-    check = """
-assert not gc.isenabled()
-assert collected(alive), "the cycle was never collected"
-"""
-    done = run_child(0.05, check, args="{interval}")
+    done = run_child(0.05, check, args=args)
     assert done.returncode == 0, done.stderr
 
 
