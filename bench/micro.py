@@ -21,7 +21,6 @@ import gc
 import os
 import random
 import time
-import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -80,11 +79,14 @@ def processor_us(msgs: list[Any]) -> float:
 
 def floor_us(msgs: list[Any], objects: bool) -> float:
     """The floor's per-record work, alone or with the flow's per-record objects."""
+    from murmurhash2 import murmurhash2
+
     from bench.loop import FLOOR_HEAD, FLOOR_TAIL
     from flows.decode.json import RawObjects
+    from flows.process import MURMUR2_SEED
     from sinks.model import Action
 
-    accepts, dumps, crc32 = RawObjects().accepts(), orjson.dumps, zlib.crc32
+    accepts, dumps, seed = RawObjects().accepts(), orjson.dumps, MURMUR2_SEED
     head, tail = FLOOR_HEAD, FLOOR_TAIL
 
     def bare() -> None:
@@ -103,7 +105,8 @@ def floor_us(msgs: list[Any], objects: bool) -> float:
                 raise ValueError
             key = m.key().decode()
             action = Action(key, b"".join((head, dumps(key), tail, value, b"\n")), m)
-            chunks.setdefault(crc32(key.encode()) % 8, []).append(action)
+            part = (murmurhash2(key.encode(), seed) & 0x7FFFFFFF) % 8  # the flow's default
+            chunks.setdefault(part, []).append(action)
 
     return best_us(with_objects if objects else bare, len(msgs))
 

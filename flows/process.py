@@ -11,6 +11,12 @@ to Elasticsearch as it arrived (`flows.decode.json.RawObjects`), and when its ke
 ASCII string (KEY_FORMAT=string) no `Record` is made for it: its action keeps the
 consumed message (`sinks.model.Action.origin`).
 
+A document goes to the sink partition where Kafka's partitioner would put its id as a key
+(`sink_partition`, ES_SINK_ROUTING_HASH): with key ids and as many sink partitions as the
+topic has (or a divisor of that), a Kafka partition's documents go to one sink partition,
+which Bytewax gives to the worker that reads the Kafka partition. So one batch fills one
+partition's buffer, and with several processes no document crosses to another process.
+
 With ERRORS_TOLERANCE=none a failed record is held (`flows.halt`), not raised, so that a
 record before it that Elasticsearch refuses is the one the flow stops on. With `log` the
 policy logs each failed record and the batch drops it (one flag read per batch). Each batch also
@@ -25,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from confluent_kafka import Message
+from murmurhash2 import murmurhash2
 
 from flows import halt, metrics, sink_config
 from flows.config import Settings
@@ -42,6 +49,21 @@ from sinks.model import Action, Actions, record_of
 Routed = tuple[str, Any]
 """`(sink partition number, Actions)` for Elasticsearch or `(number, DeadLetter)`."""
 
+MURMUR2_SEED = 0x9747B28C
+"""The seed of Kafka's murmur2 (`org.apache.kafka.common.utils.Utils.murmur2`)."""
+
+
+def sink_partition(doc_id: str, partitions: int, routing_hash: str) -> int:
+    """The sink partition of a document id: every write to one document goes through it.
+
+    `murmur2` places it as the Java client's default partitioner places a key (its hash's
+    31 low bits, modulo the count), `crc32` as librdkafka's `consistent_random` does.
+    `Processor` inlines this for speed."""
+    key = doc_id.encode()
+    if routing_hash == "murmur2":
+        return (murmurhash2(key, MURMUR2_SEED) & 0x7FFFFFFF) % partitions
+    return zlib.crc32(key) % partitions
+
 
 class Processor:
     """The `flat_map_batch` mapper: Kafka messages in, routed chunks and dead letters out."""
@@ -53,6 +75,7 @@ class Processor:
         fail when the flow is built; none of them does I/O here (a Schema Registry client
         is created on first use)."""
         self._partitions = partitions
+        self._murmur2 = settings.es_sink_routing_hash == "murmur2"
         self._value = build_decoder(settings, "value")
         self._key = build_decoder(settings, "key")
         self._transforms = build_transforms(settings.transforms) + list(transforms)
@@ -87,6 +110,7 @@ class Processor:
         raw = None if self._raw is None else self._raw.accepts()
         build_raw, text_keys = self._actions.build_raw, self._text_keys
         n_parts = self._partitions
+        murmur2, crc32, seed = (murmurhash2 if self._murmur2 else None), zlib.crc32, MURMUR2_SEED
         chunks: dict[int, Actions] = {}
         failures: list[DeadLetter] = []
         routed: list[DeadLetter] = []
@@ -189,12 +213,13 @@ class Processor:
                 policy.failed(dead, run)
                 failures.append(dead)
                 continue
-            for action in actions:
-                part = (
-                    zlib.crc32(action.id.encode()) % n_parts
-                    if action.id is not None
-                    else p % n_parts
-                )
+            for action in actions:  # sink_partition(), inlined
+                if (doc_id := action.id) is None:
+                    part = p % n_parts
+                elif murmur2 is not None:
+                    part = (murmur2(doc_id.encode(), seed) & 0x7FFFFFFF) % n_parts
+                else:
+                    part = crc32(doc_id.encode()) % n_parts
                 chunk = chunks.get(part)
                 if chunk is None:
                     chunks[part] = Actions((action,))

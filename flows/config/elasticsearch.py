@@ -11,10 +11,11 @@ from typing import Annotated, Any, Self
 from pydantic import AfterValidator, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from flows.config.fields import Flag, Group, Items, SecretValue, setting
+from flows.config.fields import Flag, Group, Items, OneOf, SecretValue, setting
 from flows.errors import ConfigError
 
 MIB = 1024 * 1024
+ROUTING_HASHES = ("murmur2", "crc32")
 
 
 def _urls(hosts: tuple[str, ...]) -> tuple[str, ...]:
@@ -101,6 +102,13 @@ class BulkSettings(Group):
         "sink partitions; set it at least to the total worker count",
         ge=0,
         shown="max(8, workers)",
+    )
+    es_sink_routing_hash: Annotated[str, OneOf(ROUTING_HASHES)] = setting(
+        "ES_SINK_ROUTING_HASH",
+        "murmur2",
+        "hash of a document id that picks its sink partition; set it to the topics' "
+        "partitioner (`murmur2`: Java clients, Kafka Connect, Debezium; `crc32`: librdkafka's "
+        "default) so that a Kafka partition's documents stay on the worker that read them",
     )
     bulk_max_actions: int = setting("BULK_MAX_ACTIONS", 5000, "actions per `_bulk`", ge=1)
     bulk_max_bytes: int = setting("BULK_MAX_BYTES", 8 * MIB, "bytes per `_bulk`", ge=1024)

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
+import random
 import sys
-import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, Message
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, Message, cimpl
 
 from flows import halt
 from flows.config import Settings
-from flows.errors import DeadLetterLimitError, RecordFailedError
-from flows.process import Processor, is_documents
+from flows.errors import ConfigError, DeadLetterLimitError, RecordFailedError
+from flows.process import Processor, is_documents, sink_partition
 from flows.record import DeadLetter, Doc, Record
 from sinks.actions import Action
 from sinks.deep import deep_recursion
@@ -112,7 +114,17 @@ def all_actions(out: list[tuple[str, Any]]) -> list[Action]:
 
 
 def part_of(doc_id: str, parts: int = PARTS) -> str:
-    return str(zlib.crc32(doc_id.encode()) % parts)
+    return str(sink_partition(doc_id, parts, "murmur2"))  # ES_SINK_ROUTING_HASH's default
+
+
+def librdkafka_partitioner(name: str) -> Callable[[bytes, int], int]:
+    """librdkafka's `rd_kafka_msg_partitioner_<name>`: where a confluent-kafka producer with
+    that partitioner puts a key. Found through the extension module that links librdkafka."""
+    fn = getattr(ctypes.CDLL(cimpl.__file__), f"rd_kafka_msg_partitioner_{name}")
+    fn.restype = ctypes.c_int32
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32]
+    fn.argtypes += [ctypes.c_void_p, ctypes.c_void_p]
+    return lambda key, n: int(fn(None, key, len(key), n, None, None))
 
 
 def action_lines(action: Action) -> list[Any]:
@@ -122,7 +134,37 @@ def action_lines(action: Action) -> list[Any]:
 # ------------------------------------------------------------------------------ documents
 
 
-def test_good_json_goes_to_the_crc32_partition() -> None:
+@pytest.mark.parametrize(
+    ("routing_hash", "partitioner"), [("murmur2", "murmur2"), ("crc32", "consistent")]
+)
+@pytest.mark.parametrize("as_is", ["true", "false"])
+def test_a_document_goes_to_the_partition_kafka_puts_its_key_in(
+    routing_hash: str, partitioner: str, as_is: str
+) -> None:
+    """With key ids a Kafka partition's documents stay in one sink partition (on the worker
+    that read them) when ES_SINK_ROUTING_HASH names the producers' partitioner: the
+    processor's placement is librdkafka's own, over random ASCII and non-ASCII keys."""
+    place = librdkafka_partitioner(partitioner)
+    rand = random.Random(7)
+    alphabet = "abcXYZ019-_:/é€😀"
+    keys = {"".join(rand.choices(alphabet, k=rand.randint(1, 40))) for _ in range(300)}
+    batch = [good(k, i) for i, k in enumerate(sorted(keys))]
+    for parts in (1, 7, 8, 120):
+        env = {"ES_SINK_ROUTING_HASH": routing_hash, "JSON_AS_IS": as_is}
+        out = chunks(run(settings(**env), batch, parts=parts))
+        placed = {a.id: int(part) for part, acts in out.items() for a in acts}
+        assert placed.keys() == keys
+        for k, part in placed.items():
+            assert k is not None
+            assert part == place(k.encode(), parts) == sink_partition(k, parts, routing_hash)
+
+
+def test_the_routing_hash_is_checked() -> None:
+    with pytest.raises(ConfigError, match="ES_SINK_ROUTING_HASH"):
+        settings(ES_SINK_ROUTING_HASH="fnv1a")
+
+
+def test_good_json_goes_to_its_partition() -> None:
     out = run(settings(), [good("k1", 0), good("user-42", 1), good("zz", 2)])
     assert letters(out) == []
     by_part = chunks(out)
