@@ -193,7 +193,7 @@ class Processor:
                                 if check_ints is not None:  # decoding's error comes first
                                     check_ints(value)
                                 raise
-                            if check_ints is not None and b"+" in action.data:
+                            if check_ints is not None and 0x2B in action.data:  # `+`, by memchr
                                 check_ints(value)
                             actions = (action,)
                         elif not transforms:
