@@ -51,10 +51,15 @@ def messages(variant: str, n: int = 20000) -> list[Any]:
     """`n` of the bench's records as consumed Messages, in runs of one partition."""
     from confluent_kafka import Message
 
+    from flows.process import sink_partition
+
+    def placed(i: int) -> int:  # where a Java producer (the bench's partitioner) puts the key
+        return sink_partition(f"k{i:09d}", 8, "murmur2")
+
     rng = random.Random(1)
     msgs = [
         Message(
-            topic="t", partition=i % 8, offset=i, key=b"k%09d" % i, headers=None,
+            topic="t", partition=placed(i), offset=i, key=b"k%09d" % i, headers=None,
             value=orjson.dumps(make_doc(variant, rng, i)), timestamp=(1, 1_700_000_000_000 + i),
         )
         for i in range(n)

@@ -12,10 +12,11 @@ ASCII string (KEY_FORMAT=string) no `Record` is made for it: its action keeps th
 consumed message (`sinks.model.Action.origin`).
 
 A document goes to the sink partition where Kafka's partitioner would put its id as a key
-(`sink_partition`, ES_SINK_ROUTING_HASH): with key ids and as many sink partitions as the
-topic has (or a divisor of that), a Kafka partition's documents go to one sink partition,
-which Bytewax gives to the worker that reads the Kafka partition. So one batch fills one
-partition's buffer, and with several processes no document crosses to another process.
+(`sink_partition`, ES_SINK_ROUTING_HASH): when the ids are the string keys and the sink
+partition count divides the topic's, each Kafka partition's documents go to one sink
+partition, so its run in a batch fills one buffer. Bytewax gives that sink partition to the
+worker that reads the Kafka partition (nothing crosses between processes) only where both
+kinds of partition sort by name alike: one topic of at most 10 partitions (README).
 
 With ERRORS_TOLERANCE=none a failed record is held (`flows.halt`), not raised, so that a
 record before it that Elasticsearch refuses is the one the flow stops on. With `log` the

@@ -106,9 +106,9 @@ class BulkSettings(Group):
     es_sink_routing_hash: Annotated[str, OneOf(ROUTING_HASHES)] = setting(
         "ES_SINK_ROUTING_HASH",
         "murmur2",
-        "hash of a document id that picks its sink partition; set it to the topics' "
-        "partitioner (`murmur2`: Java clients, Kafka Connect, Debezium; `crc32`: librdkafka's "
-        "default) so that a Kafka partition's documents stay on the worker that read them",
+        "hash of a document id that picks its sink partition; the producers' partitioner "
+        "(`murmur2`: Java clients; `crc32`: librdkafka's default) sends a Kafka partition's "
+        "documents to one sink partition when ids are string keys",
     )
     bulk_max_actions: int = setting("BULK_MAX_ACTIONS", 5000, "actions per `_bulk`", ge=1)
     bulk_max_bytes: int = setting("BULK_MAX_BYTES", 8 * MIB, "bytes per `_bulk`", ge=1024)
