@@ -137,7 +137,7 @@ class ActionBuilder:
         except TypeError:  # `_dumps` says why (or encodes what is too deep for orjson)
             body = _dumps(source)  # before the id, as in `build`: the same error
             id_json = _dumps(doc_id)
-        return Action(doc_id, b"".join((prefixes[0], id_json, _ID_END, body, b"\n")), rec)
+        return Action(doc_id, b"".join((prefixes[0], id_json, ID_END, body, b"\n")), rec)
 
     def build_raw(
         self, origin: Record | KafkaMessage, topic: str, source_line: bytes, key: Any
@@ -155,7 +155,22 @@ class ActionBuilder:
             id_json = _orjson_dumps(doc_id)
         except TypeError:  # a lone surrogate: `_dumps` raises the ActionError
             id_json = _dumps(doc_id)
-        return Action(doc_id, b"".join((prefixes[0], id_json, _ID_END, source_line, b"\n")), origin)
+        return Action(doc_id, b"".join((prefixes[0], id_json, ID_END, source_line, b"\n")), origin)
+
+    def key_id_head(self, topic: str) -> bytes | None:
+        """What `build_raw` writes before the id (`+ id as JSON + ID_END + source line
+        + newline`) for a record of `topic` whose string key of 1 to 128 characters is its
+        id, so that `flows.process` can write those bytes without a call per record.
+        None where the id is not the key, or the index needs more than the topic (a date
+        in its name) or is refused (`build_raw` makes the dead letter)."""
+        pattern = self._index_map.get(topic, self._default_index)
+        if not (self._key_ids and self._plain) or pattern.has_date:
+            return None
+        try:
+            index = self._index_of(topic, None)
+        except InvalidIndexName:
+            return None
+        return self._prefixes_of(index)[0]
 
     def _plain_index_id(
         self, origin: Record | KafkaMessage, topic: str, source: dict[str, Any] | None, key: Any
@@ -196,7 +211,7 @@ class ActionBuilder:
                 if doc_id is None:
                     return Action(None, prefixes[1] + body + b"\n", rec)
                 return Action(
-                    doc_id, b"".join((prefixes[0], _dumps(doc_id), _ID_END, body, b"\n")), rec
+                    doc_id, b"".join((prefixes[0], _dumps(doc_id), ID_END, body, b"\n")), rec
                 )
             write: _Write | None = self._default
         elif doc.delete or kind == DELETE:
@@ -245,18 +260,21 @@ class ActionBuilder:
     def index_for(self, rec: Record) -> str:
         """The configured index for a record: ES_INDEX_MAP for its topic, else ES_INDEX.
         Raises InvalidIndexName for a name Elasticsearch or ES_INDEX_ALLOW refuses."""
-        name = self._topic_index.get(rec.topic)
+        return self._index_of(rec.topic, rec.timestamp)
+
+    def _index_of(self, topic: str, timestamp: int | None) -> str:
+        name = self._topic_index.get(topic)
         if name is not None:
             return name
-        pattern = self._index_map.get(rec.topic, self._default_index)
-        name = pattern.render(rec.topic, rec.timestamp)
+        pattern = self._index_map.get(topic, self._default_index)
+        name = pattern.render(topic, timestamp)
         why = self._names.get(name)
         if why is None:
             why = self._judge(name)
         if why:
             raise InvalidIndexName(why)
         if not pattern.has_date:  # the same for every record of this topic
-            self._topic_index[rec.topic] = name
+            self._topic_index[topic] = name
         return name
 
     def _judge(self, name: str) -> str:
@@ -372,7 +390,7 @@ class ActionBuilder:
         return doc.record.timestamp
 
 
-_ID_END = b"}}\n"
+ID_END = b"}}\n"
 """What closes an action line after its `_id`."""
 _orjson_dumps = orjson.dumps
 

@@ -22,6 +22,7 @@ from flows.process import Processor, is_documents, sink_partition
 from flows.record import DeadLetter, Doc, Record
 from sinks.actions import Action
 from sinks.deep import deep_recursion
+from sinks.elasticsearch.actions import ActionBuilder
 from sinks.model import record_of
 from tests import fuzz_inputs
 
@@ -416,6 +417,52 @@ def test_a_valid_value_goes_as_it_arrived_when_nothing_reads_it(
     assert (action.data.split(b"\n")[1] == value) is as_is
     (changed,) = all_actions(run(tolerant(**env), [msg(value, b"a1")], [lambda doc: doc]))
     assert changed.data.split(b"\n")[1] != value  # a transform always re-encodes
+
+
+@pytest.mark.parametrize("routing_hash", ["murmur2", "crc32"])
+@pytest.mark.parametrize(
+    "env",
+    [{}, {"ES_INDEX": "o-{yyyy.MM}"}, {"ES_INDEX_MAP": "orders:o2"}, {"DOC_ID": "coordinates"}],
+    ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()) or "defaults",
+)
+def test_the_inlined_common_case_sends_what_build_raw_sends(
+    routing_hash: str, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The processor writes the action of a value sent as it arrived with its ASCII key as
+    id itself (`ActionBuilder.key_id_head`): the same partitions, ids, bytes and origins as
+    through `build_raw`, over keys JSON escapes, of 0, 1, 128 and 129 characters,
+    non-ASCII, missing, in runs of two topics (one refused as an index) and partitions."""
+    keys = [b"a", b'q"u', b"b\\s", b"c\x01\x1f", b"d\x7f", b"", b"x" * 128, b"y" * 129]
+    keys += ["\u00e9".encode(), None, b"k2", b"k3"]
+    batch = [
+        Message(topic=topic, partition=part, offset=i, key=k, value=b'{"n": %d}' % i,
+                timestamp=(TIMESTAMP_CREATE_TIME, TS))
+        for topic in (TOPIC, "Orders")
+        for part in (3, 1)
+        for i, k in enumerate(keys)
+    ]  # fmt: skip
+    s = tolerant(ES_SINK_ROUTING_HASH=routing_hash, **env)
+    build_raw = ActionBuilder.build_raw
+    calls: list[object] = []
+
+    def counted(self: ActionBuilder, *args: Any) -> Action:
+        calls.append(args[0])
+        return build_raw(self, *args)
+
+    monkeypatch.setattr(ActionBuilder, "build_raw", counted)
+
+    def sent(out: list[tuple[str, Any]]) -> list[tuple[Any, ...]]:
+        docs = [(p, a.id, a.data, a.origin) for p, c in chunks(out).items() for a in c]
+        dead = [(p, d.message, d.record.offset) for p, d in letters(out)]
+        return sorted(docs, key=repr) + sorted(dead)
+
+    inlined = sent(run(s, batch))
+    lane = len(batch) - len(calls)
+    monkeypatch.setattr(ActionBuilder, "key_id_head", lambda self, topic: None)
+    assert inlined == sent(run(s, batch))
+    assert lane == (16 if env in ({}, {"ES_INDEX_MAP": "orders:o2"}) else 0)
+    refused = "index name 'Orders' must be lower case"  # the name `{topic}` gives
+    assert (refused in repr(inlined)) is ("ES_INDEX" not in env)
 
 
 def test_a_duplicate_key_goes_as_it_arrived() -> None:
