@@ -30,6 +30,7 @@ record not examined yet (`flows.halt.EXAMINED`).
 from __future__ import annotations
 
 import zlib
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -120,7 +121,7 @@ class Processor:
         join, dumps = b"".join, orjson.dumps
         n_parts = self._partitions
         murmur2, crc32, seed = (murmurhash2 if self._murmur2 else None), zlib.crc32, MURMUR2_SEED
-        chunks: dict[int, Actions] = {}
+        chunks: defaultdict[int, Actions] = defaultdict(Actions)
         failures: list[DeadLetter] = []
         routed: list[DeadLetter] = []
         ok = skipped = 0
@@ -161,11 +162,7 @@ class Processor:
                         part = (murmur2(k, seed) & 0x7FFFFFFF) % n_parts
                     else:
                         part = crc32(k) % n_parts
-                    chunk = chunks.get(part)
-                    if chunk is None:
-                        chunks[part] = Actions((action,))
-                    else:
-                        chunk.append(action)
+                    chunks[part].append(action)
                     ok += 1
                     run = 0
                     continue
@@ -245,11 +242,7 @@ class Processor:
                     part = (murmur2(doc_id.encode(), seed) & 0x7FFFFFFF) % n_parts
                 else:
                     part = crc32(doc_id.encode()) % n_parts
-                chunk = chunks.get(part)
-                if chunk is None:
-                    chunks[part] = Actions((action,))
-                else:
-                    chunk.append(action)
+                chunks[part].append(action)
             ok += 1
             run = 0
         if last is not None:
