@@ -33,6 +33,8 @@ from sinks.elasticsearch.write_methods import ACTIONS, DELETE, WRITE_METHODS, En
 from sinks.model import Action, Doc, KafkaMessage, Record, record_of
 
 MAX_ID_BYTES = 512  # Elasticsearch refuses longer ids (and fails the whole bulk request)
+SHORT_ID_CHARS = MAX_ID_BYTES // 4
+"""An id of at most this many characters is at most MAX_ID_BYTES in UTF-8: no byte count."""
 MAX_VERSION = 2**63 - 1
 NAME_CACHE_LIMIT = 10_000
 """Distinct index names whose check is remembered before the memory starts over."""
@@ -159,18 +161,19 @@ class ActionBuilder:
 
     def key_id_head(self, topic: str) -> bytes | None:
         """What `build_raw` writes before the id (`+ id as JSON + ID_END + source line
-        + newline`) for a record of `topic` whose string key of 1 to 128 characters is its
-        id, so that `flows.process` can write those bytes without a call per record.
-        None where the id is not the key, or the index needs more than the topic (a date
-        in its name) or is refused (`build_raw` makes the dead letter)."""
-        pattern = self._index_map.get(topic, self._default_index)
-        if not (self._key_ids and self._plain) or pattern.has_date:
+        + newline`) for a record of `topic` whose string key of 1 to SHORT_ID_CHARS
+        characters is its id, so that `flows.process` can write those bytes without a
+        call per record. None where the action line holds more than `_index` and `_id`
+        (`_plain`), the id is not the key, the index needs more than the topic (a date in
+        its name), or the index cannot be written (`build_raw` makes the dead letter)."""
+        if not (self._key_ids and self._plain):
+            return None
+        if self._index_map.get(topic, self._default_index).has_date:
             return None
         try:
-            index = self._index_of(topic, None)
-        except InvalidIndexName:
+            return self._prefixes_of(self._index_of(topic, None))[0]
+        except ActionError:  # a refused name, or one JSON cannot hold (a lone surrogate)
             return None
-        return self._prefixes_of(index)[0]
 
     def _plain_index_id(
         self, origin: Record | KafkaMessage, topic: str, source: dict[str, Any] | None, key: Any
@@ -181,7 +184,7 @@ class ActionBuilder:
         index = self._topic_index.get(topic)
         if index is None:
             index = self.index_for(record_of(origin))
-        if self._key_ids and type(key) is str and 0 < len(key) <= 128:
+        if self._key_ids and type(key) is str and 0 < len(key) <= SHORT_ID_CHARS:
             return index, key  # what `_derive_id` gives, and short enough
         doc_id = self._derive_id(record_of(origin), source, key)
         if doc_id is not None:
@@ -420,7 +423,7 @@ def _no_field(source: Any, default: Any) -> Any:
 
 def _check_id(doc_id: str) -> None:
     """Raise ActionError for an id Elasticsearch refuses: empty, or over MAX_ID_BYTES."""
-    if not doc_id or (len(doc_id) > 128 and _utf8_len(doc_id) > MAX_ID_BYTES):
+    if not doc_id or (len(doc_id) > SHORT_ID_CHARS and _utf8_len(doc_id) > MAX_ID_BYTES):
         msg = f"document id must be 1 to {MAX_ID_BYTES} bytes (UTF-8), got {doc_id[:40]!r}..."
         raise ActionError(msg)
 

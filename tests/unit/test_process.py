@@ -430,10 +430,11 @@ def test_the_inlined_common_case_sends_what_build_raw_sends(
 ) -> None:
     """The processor writes the action of a value sent as it arrived with its ASCII key as
     id itself (`ActionBuilder.key_id_head`): the same partitions, ids, bytes and origins as
-    through `build_raw`, over keys JSON escapes, of 0, 1, 128 and 129 characters,
-    non-ASCII, missing, in runs of two topics (one refused as an index) and partitions."""
+    through `build_raw`, in order, over keys JSON escapes, of 0, 1, 128, 129 and 513
+    characters, non-ASCII, missing, in runs of two topics (one refused as an index) and
+    partitions, into 3 and 4 sink partitions."""
     keys = [b"a", b'q"u', b"b\\s", b"c\x01\x1f", b"d\x7f", b"", b"x" * 128, b"y" * 129]
-    keys += ["\u00e9".encode(), None, b"k2", b"k3"]
+    keys += ["\u00e9".encode(), None, b"k2", b"k3", b"z" * 513]
     batch = [
         Message(topic=topic, partition=part, offset=i, key=k, value=b'{"n": %d}' % i,
                 timestamp=(TIMESTAMP_CREATE_TIME, TS))
@@ -451,18 +452,26 @@ def test_the_inlined_common_case_sends_what_build_raw_sends(
 
     monkeypatch.setattr(ActionBuilder, "build_raw", counted)
 
-    def sent(out: list[tuple[str, Any]]) -> list[tuple[Any, ...]]:
+    def sent(out: list[tuple[str, Any]]) -> list[tuple[Any, ...]]:  # in order
         docs = [(p, a.id, a.data, a.origin) for p, c in chunks(out).items() for a in c]
-        dead = [(p, d.message, d.record.offset) for p, d in letters(out)]
-        return sorted(docs, key=repr) + sorted(dead)
+        return docs + [(p, d.message, d.record.offset) for p, d in letters(out)]
 
-    inlined = sent(run(s, batch))
-    lane = len(batch) - len(calls)
+    inlined = [sent(run(s, batch, parts=n)) for n in (3, PARTS)]
+    lane = 2 * len(batch) - len(calls)
     monkeypatch.setattr(ActionBuilder, "key_id_head", lambda self, topic: None)
-    assert inlined == sent(run(s, batch))
-    assert lane == (16 if env in ({}, {"ES_INDEX_MAP": "orders:o2"}) else 0)
+    assert inlined == [sent(run(s, batch, parts=n)) for n in (3, PARTS)]
+    assert lane == (2 * 16 if env in ({}, {"ES_INDEX_MAP": "orders:o2"}) else 0)
     refused = "index name 'Orders' must be lower case"  # the name `{topic}` gives
     assert (refused in repr(inlined)) is ("ES_INDEX" not in env)
+
+
+def test_an_index_name_json_cannot_hold_makes_dead_letters_not_a_crash() -> None:
+    """A lone surrogate in ES_INDEX (an undecodable byte in the environment) passes the
+    name rules, but JSON cannot hold it: each record is a dead letter at stage `index`,
+    not an error out of the batch (`ActionBuilder.key_id_head` must not raise)."""
+    out = run(tolerant(ES_INDEX="ab\udcff-{topic}"), [good("k1"), good("k2", 1)])
+    assert not chunks(out)
+    assert [(d.stage, d.record.offset) for _, d in letters(out)] == [("index", 0), ("index", 1)]
 
 
 def test_a_duplicate_key_goes_as_it_arrived() -> None:
