@@ -34,7 +34,7 @@ from typing import Any, cast
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from flows import consumers, control, discovery, fencing, halt, metrics, shutdown, topics
+from flows import barrier, consumers, control, discovery, fencing, halt, metrics, shutdown, topics
 from flows.config import Settings
 from flows.errors import PipelineError
 from flows.runtime import run_args
@@ -127,6 +127,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._batch_size = settings.consume_batch_size
         self._stop_at_end = settings.stop_at_end
         self._awake: datetime | None = None
+        self._barrier = barrier.EpochBarrier(run_args().epoch_s)
+        self._wake: float | None = None  # sleep through the epoch barrier (next_awake)
         self._key = (topic, partition)
         # One consumer per worker serves all of its partitions (flows.consumers).
         self._shared = consumers.shared(
@@ -232,6 +234,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     @progress.tracked
     def next_batch(self) -> list[Message]:
         """Commit what the previous epoch made durable, then read what is ready (never blocks)."""
+        self._wake = self._barrier.wake(time.monotonic())  # flows.barrier; see next_awake
         self._shared.tend()
         if not self._assigned:
             self._shared.assign(TopicPartition(self._topic, self._partition, self._next))
@@ -292,8 +295,12 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         return good
 
     def next_awake(self) -> datetime | None:
-        """Sleep briefly when idle instead of spinning on an empty partition."""
-        return self._awake
+        """Sleep briefly when idle instead of spinning on an empty partition, and through
+        the epoch barrier with the last batch of an epoch (`flows.barrier`)."""
+        if self._wake is None:
+            return self._awake
+        wake = datetime.now(UTC) + timedelta(seconds=self._wake - time.monotonic())
+        return wake if self._awake is None else max(wake, self._awake)
 
     @failing.on_error
     @progress.tracked
@@ -301,6 +308,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         """The next offset to read, but never past a record the processor has not examined
         yet; committed to the group once this epoch is durable."""
         progress.epoch_closed()
+        self._barrier.advanced(time.monotonic())
         # Bytewax snapshots in the activation that emitted the last batch, before the
         # processor sees it (flows.halt): until then, resume at that batch.
         examined = halt.EXAMINED.get((self._topic, self._partition), self._emitted)

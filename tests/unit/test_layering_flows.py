@@ -19,6 +19,7 @@ RANKS = {
     **dict.fromkeys(
         (
             "halt",
+            "barrier",
             "recovery_store",
             "recovery_failure",
             "config_failure",

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from flows import consumers, halt, shutdown
+from flows import consumers, halt, shutdown, source
 from flows.config import Settings
 from flows.errors import RecordFailedError
 from flows.process import Processor
@@ -88,6 +90,7 @@ class FakeConsumer:
 
 
 SETTINGS = {"KAFKA_TOPICS": "t"}
+EPOCH_S = 10.0  # Bytewax's default, as run_args() gives it outside a run
 
 
 def own_consumer(monkeypatch: pytest.MonkeyPatch, fake: type[FakeConsumer]) -> None:
@@ -244,3 +247,34 @@ def test_a_held_failure_in_another_partition_does_not_stop_this_one(part):
     assert part.snapshot() == 3
     part.next_batch()
     assert part._consumer.broker_committed == 3  # type: ignore[attr-defined]
+
+
+class _Clock:
+    """`flows.source`'s `time` module, with a monotonic clock the test sets."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    time = staticmethod(time.time)
+
+
+def test_the_last_batch_of_an_epoch_asks_bytewax_to_sleep_past_the_barrier(make, monkeypatch):
+    """flows.barrier: next_awake() is the sleep after the epoch's predicted end, from every
+    path (here the idle one, which otherwise asks for 20 ms), and what the path set
+    otherwise."""
+    clock = _Clock(100.0)
+    monkeypatch.setattr(source, "time", clock)
+    part = make()
+    assert part.next_batch()
+    assert part.next_awake() is None  # a batch: call again at once
+    part.snapshot()  # the epoch ends at 100.0
+    clock.now = 102.0  # and the barrier held it 2 s
+    assert not part.next_batch()
+    assert part.next_awake() - datetime.now(UTC) < timedelta(seconds=0.1)  # idle: 20 ms
+    clock.now = 100.0 + EPOCH_S + 0.01  # past the end predicted from the snapshot
+    assert not part.next_batch()
+    sleep = (part.next_awake() - datetime.now(UTC)).total_seconds()
+    assert 2.0 - 0.1 < sleep <= 2.0
