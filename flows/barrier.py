@@ -1,65 +1,91 @@
 """Sleep through Bytewax's epoch barrier instead of spinning on it.
 
-Bytewax 0.21.1 (`src/inputs.rs`, `partitioned_input`) lets a partition start epoch e+1 only
-once the whole dataflow has finished e, and while it waits it calls no `next_batch()`. The
-input operator still re-activates after the earliest `next_awake()` its partitions gave with
-their last batch, and once that time has passed, at once, again and again: a busy wait. A
-process whose epoch timer ends before another's, or whose sinks flush faster, burns a core
-until the slowest process has flushed (measured in `docs/benchmarks.md`, section "The epoch
-barrier"). One process alone rarely meets it: its worker is busy flushing.
+Bytewax 0.21.1 (`src/inputs.rs`, `partitioned_input`) lets a worker's partitions start epoch
+e+1 only once the whole dataflow has finished e, and while they wait it calls no
+`next_batch()`. The input operator still re-activates after the earliest `next_awake()`
+they gave with their last batches and, once that time has passed, at once, again and
+again: a busy wait. A worker whose epoch timer ends before another's, or whose sinks flush
+sooner, burns a core until the slowest has flushed (`docs/benchmarks.md`, "The epoch
+barrier"). A run of one worker does not meet it (its worker is busy flushing its own sinks,
+then the barrier opens), so there nothing here ever sleeps.
 
-So each partition predicts the end of its epoch: the time of its last snapshot (Bytewax
-snapshots in the activation that advanced the epoch, a few milliseconds after its own
-clock read the time) plus the epoch length. Shortly before that end it asks to be called
-only after it, so that its next call comes in the activation that ends the epoch, and with
-that call it asks to sleep as long as the shortest wait of the last `KEPT` epochs. Reading
-resumes later than the barrier opens only when this wait is shorter than all of those; a
-sleep that ends too soon spins for the rest, as before. The sleep is taken once an epoch.
+The partitions of a worker share one `EpochBarrier`: Bytewax ends their epochs in one
+activation, and the earliest wake-up of any of them re-activates them all. It predicts the
+end of the epoch from the first snapshot of the last one (taken in the activation that ended
+it, just after Bytewax read its clock) and the epoch length of the run. Shortly before that
+end each partition asks to be called only after it, so that its next call comes in the
+activation that ends the epoch; that call asks to sleep 90% of the shortest of the last
+`KEPT` barriers. Reading resumes later than the barrier opens only when it opens sooner
+than all of those did, and a wait the sleep ended counts as half the sleep, so the sleep
+halves until the barrier outlasts it again. Stopping partitions do not sleep
+(`flows.source`).
 """
 
 from __future__ import annotations
 
+import math
+import threading
 from collections import deque
 
+from flows.runtime import RunArgs
+
 KEPT = 3
-"""Epochs whose waits count: the partition sleeps as long as the shortest of them."""
-LEAD_S = 0.05
-"""So long before the predicted end, the partition asks to be called only after it: its
-next call then comes in an activation that ends the epoch, as no earlier wake-up is still
-pending (an idle partition sleeps 20 ms, `_IDLE_WAKE` in `flows.source`; one of the rare
-longer sleeps costs that epoch's saving, nothing more)."""
+"""Barriers whose waits count."""
+SHARE = 0.9
+"""The sleep's share of the shortest of those waits: the rest spins, as before."""
+LEAD_S = 0.025
+"""So long before the predicted end, partitions ask to be called only after it; no earlier
+wake-up is pending then (an idle partition sleeps 20 ms, `_IDLE_WAKE` in `flows.source`)."""
+SLACK_S = 0.02
+"""A barrier that opened by this much after the sleep ended is taken as ended by the sleep
+(the next call comes a little after the wake-up Bytewax scheduled)."""
+
+_THREAD = threading.local()
+
+
+def worker(args: RunArgs) -> EpochBarrier:
+    """The barrier shared by this worker thread's partitions."""
+    found: EpochBarrier | None = getattr(_THREAD, "barrier", None)
+    if found is None:
+        alone = args.workers_per_process * args.processes == 1
+        found = _THREAD.barrier = EpochBarrier(math.inf if alone else args.epoch_s)
+    return found
 
 
 class EpochBarrier:
-    """One source partition's view of its epochs (times from `time.monotonic`)."""
+    """One worker's epochs as its partitions see them (times from `time.monotonic`)."""
 
-    __slots__ = ("_advanced", "_ends", "_epoch_s", "_sleep", "_slept", "_waits")
+    __slots__ = ("_advanced", "_ends", "_epoch_s", "_sleep", "_until", "_waits")
 
     def __init__(self, epoch_s: float) -> None:
         self._epoch_s = epoch_s
-        self._ends = float("inf")  # unknown until the first snapshot
-        self._advanced: float | None = None
+        self._ends = math.inf  # unknown until the first snapshot
+        self._advanced: float | None = None  # the barrier shut then and has not opened
+        self._until: float | None = None  # the end of this epoch's sleep, once asked
         self._waits: deque[float] = deque(maxlen=KEPT)
         self._sleep = 0.0
-        self._slept = False
 
     def advanced(self, now: float) -> None:
-        """Bytewax snapshots the partition: its epoch has just ended; the barrier is shut."""
-        self._advanced = now
-        self._ends = now + self._epoch_s
-        self._slept = False
+        """A partition is snapshotted: the epoch has ended and the barrier is shut (the
+        first snapshot of that activation counts)."""
+        if self._advanced is None:
+            self._advanced = now
+            self._ends = now + self._epoch_s
 
     def wake(self, now: float) -> float | None:
-        """At each `next_batch()`: the time to be called again at the earliest, or None to
+        """At each `next_batch()`: when to be called again at the earliest, or None to
         let the caller decide."""
         if self._advanced is not None:  # the first call since the barrier opened
-            self._waits.append(now - self._advanced)
-            self._advanced = None
-            # At most an epoch: a wait an outage made long is not the norm.
-            self._sleep = min(min(self._waits), self._epoch_s)
-        if self._sleep <= 0 or self._slept or now < self._ends - LEAD_S:
+            wait = now - self._advanced
+            if self._until is not None and now <= self._until + SLACK_S:
+                wait = self._sleep / 2  # the sleep ended it: the barrier was shorter
+            self._waits.append(wait)
+            self._advanced = self._until = None
+            self._sleep = min(SHARE * min(self._waits), self._epoch_s / 2)
+        if self._sleep <= 0 or now < self._ends - LEAD_S:
             return None
-        if now < self._ends:  # be called again only once Bytewax's clock has passed the end
+        if now < self._ends:  # be called in the activation that ends the epoch
             return self._ends + 0.001
-        self._slept = True
-        return now + self._sleep
+        if self._until is None:  # once an epoch, the same for every partition
+            self._until = now + self._sleep
+        return self._until

@@ -127,8 +127,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._batch_size = settings.consume_batch_size
         self._stop_at_end = settings.stop_at_end
         self._awake: datetime | None = None
-        self._barrier = barrier.EpochBarrier(run_args().epoch_s)
-        self._wake: float | None = None  # sleep through the epoch barrier (next_awake)
+        self._barrier = barrier.worker(run_args())
+        self._barrier_wake: float | None = None  # sleep through the barrier (next_awake)
         self._key = (topic, partition)
         # One consumer per worker serves all of its partitions (flows.consumers).
         self._shared = consumers.shared(
@@ -234,7 +234,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     @progress.tracked
     def next_batch(self) -> list[Message]:
         """Commit what the previous epoch made durable, then read what is ready (never blocks)."""
-        self._wake = self._barrier.wake(time.monotonic())  # flows.barrier; see next_awake
+        self._barrier_wake = self._barrier.wake(time.monotonic())  # see next_awake
         self._shared.tend()
         if not self._assigned:
             self._shared.assign(TopicPartition(self._topic, self._partition, self._next))
@@ -255,6 +255,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                 raise held[1]
             self._stall(True)
             self._awake = datetime.now(UTC) + _IDLE_WAKE
+            self._barrier_wake = None  # stopping: never later for the barrier's sake
             return []
         if self._pending is not None:
             final = self._finishing()
@@ -266,6 +267,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                     self._fence.release(self._consumer, self._committed, self._commit_metadata)
                 raise StopIteration
             self._awake = datetime.now(UTC) + _IDLE_WAKE
+            self._barrier_wake = None  # stopping: never later for the barrier's sake
             return []
         if self._fence is not None and self._fence.waiting():
             self._stall(True)
@@ -297,9 +299,9 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     def next_awake(self) -> datetime | None:
         """Sleep briefly when idle instead of spinning on an empty partition, and through
         the epoch barrier with the last batch of an epoch (`flows.barrier`)."""
-        if self._wake is None:
+        if self._barrier_wake is None:
             return self._awake
-        wake = datetime.now(UTC) + timedelta(seconds=self._wake - time.monotonic())
+        wake = datetime.now(UTC) + timedelta(seconds=self._barrier_wake - time.monotonic())
         return wake if self._awake is None else max(wake, self._awake)
 
     @failing.on_error

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -10,10 +11,12 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from flows import consumers, halt, shutdown, source
+from flows import barrier, consumers, halt, shutdown, source
+from flows.barrier import SHARE
 from flows.config import Settings
 from flows.errors import RecordFailedError
 from flows.process import Processor
+from flows.runtime import RunArgs
 from flows.source import KafkaSourcePartition
 
 
@@ -90,7 +93,7 @@ class FakeConsumer:
 
 
 SETTINGS = {"KAFKA_TOPICS": "t"}
-EPOCH_S = 10.0  # Bytewax's default, as run_args() gives it outside a run
+EPOCH_S = 10.0
 
 
 def own_consumer(monkeypatch: pytest.MonkeyPatch, fake: type[FakeConsumer]) -> None:
@@ -262,11 +265,13 @@ class _Clock:
 
 
 def test_the_last_batch_of_an_epoch_asks_bytewax_to_sleep_past_the_barrier(make, monkeypatch):
-    """flows.barrier: next_awake() is the sleep after the epoch's predicted end, from every
-    path (here the idle one, which otherwise asks for 20 ms), and what the path set
-    otherwise."""
+    """flows.barrier: next_awake() is the sleep after the epoch's predicted end (here from
+    the idle path, which otherwise asks for 20 ms), what the path set otherwise, and never
+    the sleep for a partition that is stopping."""
     clock = _Clock(100.0)
     monkeypatch.setattr(source, "time", clock)
+    monkeypatch.setattr(source, "run_args", lambda: RunArgs(2, 1, False, epoch_s=EPOCH_S))
+    monkeypatch.setattr(barrier, "_THREAD", threading.local())
     part = make()
     assert part.next_batch()
     assert part.next_awake() is None  # a batch: call again at once
@@ -277,4 +282,11 @@ def test_the_last_batch_of_an_epoch_asks_bytewax_to_sleep_past_the_barrier(make,
     clock.now = 100.0 + EPOCH_S + 0.01  # past the end predicted from the snapshot
     assert not part.next_batch()
     sleep = (part.next_awake() - datetime.now(UTC)).total_seconds()
-    assert 2.0 - 0.1 < sleep <= 2.0
+    assert SHARE * 2.0 - 0.1 < sleep <= SHARE * 2.0
+    part.snapshot()
+    clock.now += 3.0  # a new epoch, after a barrier the sleep did not end
+    part.next_batch()
+    clock.now += EPOCH_S
+    monkeypatch.setattr(halt, "held", lambda *_: (0, RuntimeError("stop")))
+    assert not part.next_batch()  # ERRORS_TOLERANCE=none: stopping at a held record
+    assert part.next_awake() - datetime.now(UTC) < timedelta(seconds=0.1)
