@@ -14,11 +14,11 @@ activation, and the earliest wake-up of any of them re-activates them all. It pr
 end of the epoch from the first snapshot of the last one (taken in the activation that ended
 it, just after Bytewax read its clock) and the epoch length of the run. Shortly before that
 end each partition asks to be called only after it, so that its next call comes in the
-activation that ends the epoch; that call asks to sleep 90% of the shortest of the last
-`KEPT` barriers. Reading resumes later than the barrier opens only when it opens sooner
-than all of those did, and a wait the sleep ended counts as half the sleep, so the sleep
-halves until the barrier outlasts it again. Stopping partitions do not sleep
-(`flows.source`).
+activation that ends the epoch; that call asks to sleep as long as the shortest of the
+last `KEPT` barriers. Reading resumes later than the barrier opens only when it opens
+sooner than all of those did; such a wait, which the sleep ended, counts as `SHRINK` of
+the sleep, so the sleep shrinks until the barrier outlasts it again (never growing by
+itself). Stopping partitions do not sleep (`flows.source`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ from collections import deque
 from flows.runtime import RunArgs
 
 KEPT = 3
-"""Barriers whose waits count."""
-SHARE = 0.9
-"""The sleep's share of the shortest of those waits: the rest spins, as before."""
+"""Barriers whose waits count: the sleep is the shortest of them."""
+SHRINK = 0.8
+"""A wait the sleep ended counts as this share of the sleep: the barrier was shorter."""
+MAX_SHARE = 0.75
+"""The longest sleep as a share of the epoch: the partition reads at least the rest."""
 LEAD_S = 0.025
 """So long before the predicted end, partitions ask to be called only after it; no earlier
 wake-up is pending then (an idle partition sleeps 20 ms, `_IDLE_WAKE` in `flows.source`)."""
@@ -78,10 +80,10 @@ class EpochBarrier:
         if self._advanced is not None:  # the first call since the barrier opened
             wait = now - self._advanced
             if self._until is not None and now <= self._until + SLACK_S:
-                wait = self._sleep / 2  # the sleep ended it: the barrier was shorter
+                wait = SHRINK * self._sleep  # the sleep ended it: the barrier was shorter
             self._waits.append(wait)
             self._advanced = self._until = None
-            self._sleep = min(SHARE * min(self._waits), self._epoch_s / 2)
+            self._sleep = min(min(self._waits), MAX_SHARE * self._epoch_s)
         if self._sleep <= 0 or now < self._ends - LEAD_S:
             return None
         if now < self._ends:  # be called in the activation that ends the epoch

@@ -3,13 +3,12 @@ driven here with explicit times; the spin it avoids is measured in docs/benchmar
 
 from __future__ import annotations
 
-import itertools
 import threading
 
 import pytest
 
 from flows import barrier
-from flows.barrier import LEAD_S, SHARE, SLACK_S, EpochBarrier
+from flows.barrier import LEAD_S, MAX_SHARE, SHRINK, SLACK_S, EpochBarrier
 from flows.runtime import RunArgs
 
 EPOCH = 10.0
@@ -34,14 +33,14 @@ def test_past_the_end_every_partition_sleeps_until_the_same_time_once_an_epoch()
     b = EpochBarrier(EPOCH)
     through(b, 0.0, 1.5)  # the barrier held for 1.5 s
     assert b.wake(EPOCH - LEAD_S - 0.001) is None  # well before the end: read on
-    until = EPOCH + 0.002 + SHARE * 1.5
+    until = EPOCH + 0.002 + 1.5
     assert b.wake(EPOCH + 0.002) == pytest.approx(until)
     assert b.wake(EPOCH + 0.004) == pytest.approx(until)  # another partition: the same
     b.advanced(EPOCH + 0.005)  # the epoch ended; a later snapshot of it changes nothing
     b.advanced(EPOCH + 0.009)
     assert b.wake(EPOCH + 2.0) is None  # the barrier outlasted the sleep: a wait of ~2 s
     past = EPOCH + 0.005 + EPOCH + 0.001
-    assert b.wake(past) == pytest.approx(past + SHARE * 1.5)  # still the shortest: 1.5
+    assert b.wake(past) == pytest.approx(past + 1.5)  # still the shortest: 1.5
 
 
 def test_just_before_the_end_partitions_ask_to_be_called_after_it():
@@ -49,13 +48,13 @@ def test_just_before_the_end_partitions_ask_to_be_called_after_it():
     through(b, 0.0, 1.0)
     assert b.wake(EPOCH - LEAD_S / 2) == pytest.approx(EPOCH + 0.001)
     assert b.wake(EPOCH - LEAD_S / 4) == pytest.approx(EPOCH + 0.001)
-    assert b.wake(EPOCH + 0.001) == pytest.approx(EPOCH + 0.001 + SHARE * 1.0)
+    assert b.wake(EPOCH + 0.001) == pytest.approx(EPOCH + 0.001 + 1.0)
 
 
-def test_a_wait_the_sleep_ended_halves_the_sleep():
-    """The sleep cannot measure a barrier shorter than itself: counted as half of it, it
-    shrinks until the barrier outlasts it (a review found it growing to an epoch and then
-    reading one batch an epoch)."""
+def test_a_wait_the_sleep_ended_shrinks_the_sleep():
+    """The sleep cannot measure a barrier shorter than itself: counted as a share of it,
+    it shrinks until the barrier outlasts it (a review found it growing to an epoch and
+    then reading one batch an epoch)."""
     b = EpochBarrier(EPOCH)
     through(b, 0.0, 2.0)
     sleeps = []
@@ -68,25 +67,24 @@ def test_a_wait_the_sleep_ended_halves_the_sleep():
         through_at = until + SLACK_S / 2
         assert b.wake(through_at) is None
         t = t + EPOCH
-    assert sleeps[0] == pytest.approx(SHARE * 2.0)
-    assert all(later < earlier for earlier, later in itertools.pairwise(sleeps))
-    assert sleeps[-1] < 0.2 * sleeps[0]
+    assert sleeps[0] == pytest.approx(2.0)
+    assert sleeps[1:] == pytest.approx([2.0 * SHRINK**n for n in range(1, 5)])
 
 
-def test_the_sleep_follows_the_shortest_of_the_recent_waits_and_half_an_epoch_bounds_it():
+def test_the_sleep_is_the_shortest_of_the_recent_waits_and_within_an_epoch():
     b = EpochBarrier(EPOCH)
     t = 0.0
     for wait in (0.1, 3.0, 0.5, 2.0, 2.5):  # the last three: 0.5, 2.0 and 2.5 s
         through(b, t, t + wait)
         t += EPOCH
-    assert b.wake(t) == pytest.approx(t + SHARE * 0.5)
+    assert b.wake(t) == pytest.approx(t + 0.5)
     long = EpochBarrier(1.0)  # an outage held three barriers for a minute each
     for start in (0.0, 100.0):
         long.advanced(start)
         long.wake(start + 60.0)
     long.advanced(200.0)
-    # Past the next end already (Bytewax ends that epoch at once): half an epoch, not 54 s.
-    assert long.wake(260.0) == pytest.approx(260.5)
+    # Past the next end already (Bytewax ends that epoch at once): within an epoch.
+    assert long.wake(260.0) == pytest.approx(260.0 + MAX_SHARE * 1.0)
 
 
 @pytest.mark.parametrize(
