@@ -10,15 +10,18 @@ barrier"). A run of one worker does not meet it (its worker is busy flushing its
 then the barrier opens), so there nothing here ever sleeps.
 
 The partitions of a worker share one `EpochBarrier`: Bytewax ends their epochs in one
-activation, and the earliest wake-up of any of them re-activates them all. It predicts the
-end of the epoch from the first snapshot of the last one (taken in the activation that ended
-it, just after Bytewax read its clock) and the epoch length of the run. Shortly before that
-end each partition asks to be called only after it, so that its next call comes in the
-activation that ends the epoch; that call asks to sleep as long as the shortest of the
-last `KEPT` barriers. Reading resumes later than the barrier opens only when it opens
-sooner than all of those did; such a wait, which the sleep ended, counts as `SHRINK` of
-the sleep, so the sleep shrinks until the barrier outlasts it again (never growing by
-itself). Stopping partitions do not sleep (`flows.source`).
+activation (calling each partition's `next_batch()` and then its `snapshot()`, one
+partition after the other), and the earliest wake-up any of them asked for re-activates
+the input operator. It predicts the end of the epoch from the first snapshot of the last end
+(a little after Bytewax read its clock) and the epoch length of the run. Shortly before
+that end each partition asks to be called only after it, so that its next call comes in
+the activation that ends the epoch; there the first call asks to sleep as long as the
+shortest of the last `KEPT` barriers, and the others until the same time. The barrier has
+opened at a partition's first call after its own snapshot. Reading resumes later than the
+barrier opens only when it opens sooner than all of those did; such a wait, which the
+sleep ended, counts as `SHRINK` of the sleep, so the sleep shrinks until the barrier
+outlasts it again (it never grows by itself). A sleep within `LEAD_S` is not worth the
+hold before the end. Stopping partitions do not sleep (`flows.source`).
 """
 
 from __future__ import annotations
@@ -69,25 +72,27 @@ class EpochBarrier:
 
     def advanced(self, now: float) -> None:
         """A partition is snapshotted: the epoch has ended and the barrier is shut (the
-        first snapshot of that activation counts)."""
+        first snapshot of the round counts)."""
         if self._advanced is None:
             self._advanced = now
             self._ends = now + self._epoch_s
 
-    def wake(self, now: float) -> float | None:
-        """At each `next_batch()`: when to be called again at the earliest, or None to
-        let the caller decide."""
-        if self._advanced is not None:  # the first call since the barrier opened
+    def wake(self, now: float, snapshotted: bool) -> float | None:
+        """At each `next_batch()` (`snapshotted`: the partition's first since its own
+        snapshot): when to be called again at the earliest, or None to let the caller
+        decide."""
+        if snapshotted and self._advanced is not None:  # the barrier has opened
             wait = now - self._advanced
-            if self._until is not None and now <= self._until + SLACK_S:
+            if self._until is not None and self._until <= now <= self._until + SLACK_S:
                 wait = SHRINK * self._sleep  # the sleep ended it: the barrier was shorter
             self._waits.append(wait)
             self._advanced = self._until = None
             self._sleep = min(min(self._waits), MAX_SHARE * self._epoch_s)
-        if self._sleep <= 0 or now < self._ends - LEAD_S:
+        if self._until is not None:  # this epoch's sleep, the same for every partition
+            return self._until if now < self._until else None
+        if self._sleep <= LEAD_S or now < self._ends - LEAD_S:
             return None
         if now < self._ends:  # be called in the activation that ends the epoch
             return self._ends + 0.001
-        if self._until is None:  # once an epoch, the same for every partition
-            self._until = now + self._sleep
+        self._until = now + self._sleep
         return self._until

@@ -278,6 +278,10 @@ def test_the_last_batch_of_an_epoch_asks_bytewax_to_sleep_past_the_barrier(make,
     clock.now = 102.0  # and the barrier held it 2 s
     assert not part.next_batch()
     assert part.next_awake() - datetime.now(UTC) < timedelta(seconds=0.1)  # idle: 20 ms
+    clock.now = 100.0 + EPOCH_S - 0.01  # just before the end: called only after it,
+    assert not part.next_batch()  # sooner than an idle partition's 20 ms
+    hold = (part.next_awake() - datetime.now(UTC)).total_seconds()
+    assert 0.005 < hold < 0.015
     clock.now = 100.0 + EPOCH_S + 0.01  # past the end predicted from the snapshot
     assert not part.next_batch()
     sleep = (part.next_awake() - datetime.now(UTC)).total_seconds()
