@@ -17,7 +17,10 @@ the input operator. It predicts the end of the epoch from the first snapshot of 
 that end each partition asks to be called only after it, so that its next call comes in
 the activation that ends the epoch; there the first call asks to sleep as long as the
 shortest of the last `KEPT` barriers, and the others until the same time. The barrier has
-opened at a partition's first call after its own snapshot. Reading resumes later than the
+opened at a partition's first call after its own snapshot. Waits and sleeps count from the
+predicted end, not from the snapshot: the barrier opens at one moment for the whole
+cluster, and a worker held past its end (its sink waiting for Elasticsearch) is the one
+the others wait for, so it sleeps that much less. Reading resumes later than the
 barrier opens only when it opens sooner than all of those did; such a wait, which the
 sleep ended, counts as `SHRINK` of the sleep, so the sleep shrinks until the barrier
 outlasts it again (it never grows by itself). A sleep within `LEAD_S` is not worth the
@@ -65,7 +68,7 @@ class EpochBarrier:
     def __init__(self, epoch_s: float) -> None:
         self._epoch_s = epoch_s
         self._ends = math.inf  # unknown until the first snapshot
-        self._advanced: float | None = None  # the barrier shut then and has not opened
+        self._advanced: float | None = None  # the end it shut at; it has not opened
         self._until: float | None = None  # the end of this epoch's sleep, once asked
         self._waits: deque[float] = deque(maxlen=KEPT)
         self._sleep = 0.0
@@ -74,7 +77,7 @@ class EpochBarrier:
         """A partition is snapshotted: the epoch has ended and the barrier is shut (the
         first snapshot of the round counts)."""
         if self._advanced is None:
-            self._advanced = now
+            self._advanced = self._ends  # when it was predicted to end
             self._ends = now + self._epoch_s
 
     def wake(self, now: float, snapshotted: bool) -> float | None:
@@ -82,17 +85,18 @@ class EpochBarrier:
         snapshot): when to be called again at the earliest, or None to let the caller
         decide."""
         if snapshotted and self._advanced is not None:  # the barrier has opened
-            wait = now - self._advanced
+            wait = now - self._advanced  # since the predicted end: late or not, the same
             if self._until is not None and self._until <= now <= self._until + SLACK_S:
                 wait = SHRINK * self._sleep  # the sleep ended it: the barrier was shorter
-            self._waits.append(wait)
+            if math.isfinite(wait):  # (the first epoch's end was not predicted)
+                self._waits.append(wait)
+                self._sleep = min(min(self._waits), MAX_SHARE * self._epoch_s)
             self._advanced = self._until = None
-            self._sleep = min(min(self._waits), MAX_SHARE * self._epoch_s)
         if self._until is not None:  # this epoch's sleep, the same for every partition
             return self._until if now < self._until else None
         if self._sleep <= LEAD_S or now < self._ends - LEAD_S:
             return None
         if now < self._ends:  # be called in the activation that ends the epoch
             return self._ends + 0.001
-        self._until = now + self._sleep
-        return self._until
+        self._until = self._ends + self._sleep
+        return self._until if now < self._until else None

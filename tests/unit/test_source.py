@@ -274,15 +274,20 @@ def test_the_last_batch_of_an_epoch_asks_bytewax_to_sleep_past_the_barrier(make,
     part = make()
     assert part.next_batch()
     assert part.next_awake() is None  # a batch: call again at once
-    part.snapshot()  # the epoch ends at 100.0
-    clock.now = 102.0  # and the barrier held it 2 s
+    part.snapshot()  # the first epoch ends at 100.0 (no end was predicted for it)
+    clock.now = 100.1
+    part.next_batch()
+    clock.now = 100.0 + EPOCH_S  # the second, as predicted, and the barrier holds it 2 s
+    part.snapshot()
+    clock.now += 2.0
     assert not part.next_batch()
     assert part.next_awake() - datetime.now(UTC) < timedelta(seconds=0.1)  # idle: 20 ms
-    clock.now = 100.0 + EPOCH_S - 0.01  # just before the end: called only after it,
+    end = 100.0 + 2 * EPOCH_S
+    clock.now = end - 0.01  # just before the end: called only after it,
     assert not part.next_batch()  # sooner than an idle partition's 20 ms
     hold = (part.next_awake() - datetime.now(UTC)).total_seconds()
     assert 0.005 < hold < 0.015
-    clock.now = 100.0 + EPOCH_S + 0.01  # past the end predicted from the snapshot
+    clock.now = end + 0.01  # past it: sleep until 2 s after the predicted end
     assert not part.next_batch()
     sleep = (part.next_awake() - datetime.now(UTC)).total_seconds()
     assert 2.0 - 0.1 < sleep <= 2.0
