@@ -34,7 +34,7 @@ from typing import Any, cast
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from flows import barrier, consumers, control, discovery, fencing, halt, metrics, shutdown, topics
+from flows import consumers, control, discovery, fencing, halt, metrics, shutdown, topics
 from flows.config import Settings
 from flows.errors import PipelineError
 from flows.runtime import run_args
@@ -127,10 +127,6 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._batch_size = settings.consume_batch_size
         self._stop_at_end = settings.stop_at_end
         self._awake: datetime | None = None
-        self._barrier = barrier.worker(run_args())
-        self._barrier_wake: float | None = None  # sleep through the barrier (next_awake)
-        self._snapshotted = False  # since the last next_batch (flows.barrier)
-        self._ended = False  # raised StopIteration: its last snapshot ends no epoch
         self._key = (topic, partition)
         # One consumer per worker serves all of its partitions (flows.consumers).
         self._shared = consumers.shared(
@@ -236,8 +232,6 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     @progress.tracked
     def next_batch(self) -> list[Message]:
         """Commit what the previous epoch made durable, then read what is ready (never blocks)."""
-        self._barrier_wake = self._barrier.wake(time.monotonic(), self._snapshotted)
-        self._snapshotted = False
         self._shared.tend()
         if not self._assigned:
             self._shared.assign(TopicPartition(self._topic, self._partition, self._next))
@@ -258,7 +252,6 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                 raise held[1]
             self._stall(True)
             self._awake = datetime.now(UTC) + _IDLE_WAKE
-            self._barrier_wake = None  # stopping: never later for the barrier's sake
             return []
         if self._pending is not None:
             final = self._finishing()
@@ -268,10 +261,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             if self._committed == self._next:
                 if self._fence is not None and self._committed is not None:
                     self._fence.release(self._consumer, self._committed, self._commit_metadata)
-                self._ended = True
                 raise StopIteration
             self._awake = datetime.now(UTC) + _IDLE_WAKE
-            self._barrier_wake = None  # stopping: never later for the barrier's sake
             return []
         if self._fence is not None and self._fence.waiting():
             self._stall(True)
@@ -301,13 +292,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         return good
 
     def next_awake(self) -> datetime | None:
-        """Sleep briefly when idle instead of spinning on an empty partition, and through
-        the epoch barrier with the last batch of an epoch (`flows.barrier`)."""
-        if self._barrier_wake is None:
-            return self._awake
-        # The barrier's time wins: an idle partition's 20 ms would wake the worker while
-        # it waits at the barrier.
-        return datetime.now(UTC) + timedelta(seconds=self._barrier_wake - time.monotonic())
+        """Sleep briefly when idle instead of spinning on an empty partition."""
+        return self._awake
 
     @failing.on_error
     @progress.tracked
@@ -315,9 +301,6 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         """The next offset to read, but never past a record the processor has not examined
         yet; committed to the group once this epoch is durable."""
         progress.epoch_closed()
-        if not self._ended:
-            self._barrier.advanced(time.monotonic())
-            self._snapshotted = True
         # Bytewax snapshots in the activation that emitted the last batch, before the
         # processor sees it (flows.halt): until then, resume at that batch.
         examined = halt.EXAMINED.get((self._topic, self._partition), self._emitted)

@@ -19,7 +19,6 @@ RANKS = {
     **dict.fromkeys(
         (
             "halt",
-            "barrier",
             "recovery_store",
             "recovery_failure",
             "config_failure",

@@ -3,19 +3,15 @@
 
 from __future__ import annotations
 
-import threading
-import time
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from flows import barrier, consumers, halt, shutdown, source
+from flows import consumers, halt, shutdown
 from flows.config import Settings
 from flows.errors import RecordFailedError
 from flows.process import Processor
-from flows.runtime import RunArgs
 from flows.source import KafkaSourcePartition
 
 
@@ -92,7 +88,6 @@ class FakeConsumer:
 
 
 SETTINGS = {"KAFKA_TOPICS": "t"}
-EPOCH_S = 10.0
 
 
 def own_consumer(monkeypatch: pytest.MonkeyPatch, fake: type[FakeConsumer]) -> None:
@@ -249,52 +244,3 @@ def test_a_held_failure_in_another_partition_does_not_stop_this_one(part):
     assert part.snapshot() == 3
     part.next_batch()
     assert part._consumer.broker_committed == 3  # type: ignore[attr-defined]
-
-
-class _Clock:
-    """`flows.source`'s `time` module, with a monotonic clock the test sets."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def monotonic(self) -> float:
-        return self.now
-
-    time = staticmethod(time.time)
-
-
-def test_the_last_batch_of_an_epoch_asks_bytewax_to_sleep_past_the_barrier(make, monkeypatch):
-    """flows.barrier: next_awake() is the sleep after the epoch's predicted end (here from
-    the idle path, which otherwise asks for 20 ms), what the path set otherwise, and never
-    the sleep for a partition that is stopping."""
-    clock = _Clock(100.0)
-    monkeypatch.setattr(source, "time", clock)
-    monkeypatch.setattr(source, "run_args", lambda: RunArgs(2, 1, False, epoch_s=EPOCH_S))
-    monkeypatch.setattr(barrier, "_THREAD", threading.local())
-    part = make()
-    assert part.next_batch()
-    assert part.next_awake() is None  # a batch: call again at once
-    part.snapshot()  # the first epoch ends at 100.0 (no end was predicted for it)
-    clock.now = 100.1
-    part.next_batch()
-    clock.now = 100.0 + EPOCH_S  # the second, as predicted, and the barrier holds it 2 s
-    part.snapshot()
-    clock.now += 2.0
-    assert not part.next_batch()
-    assert part.next_awake() - datetime.now(UTC) < timedelta(seconds=0.1)  # idle: 20 ms
-    end = 100.0 + 2 * EPOCH_S
-    clock.now = end - 0.01  # just before the end: called only after it,
-    assert not part.next_batch()  # sooner than an idle partition's 20 ms
-    hold = (part.next_awake() - datetime.now(UTC)).total_seconds()
-    assert 0.005 < hold < 0.015
-    clock.now = end + 0.01  # past it: sleep until 2 s after the predicted end
-    assert not part.next_batch()
-    sleep = (part.next_awake() - datetime.now(UTC)).total_seconds()
-    assert 2.0 - 0.1 < sleep <= 2.0
-    part.snapshot()
-    clock.now += 3.0  # a new epoch, after a barrier the sleep did not end
-    part.next_batch()
-    clock.now += EPOCH_S
-    monkeypatch.setattr(halt, "held", lambda *_: (0, RuntimeError("stop")))
-    assert not part.next_batch()  # ERRORS_TOLERANCE=none: stopping at a held record
-    assert part.next_awake() - datetime.now(UTC) < timedelta(seconds=0.1)
