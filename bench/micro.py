@@ -8,7 +8,11 @@ small for an end-to-end run to resolve (docs/benchmarks.md):
   id, a chunk per partition);
 - what crosses between processes: dumps + loads of the processor's chunks;
 - the sink's reading of a `_bulk` answer with errors (classify it, apply it to the call's
-  account, find the failed records) at 0.5% and 5% of items refused.
+  account, find the failed records) at 0.5% and 5% of items refused;
+- the example configuration's nine transforms (`small-transforms`' records): the processor
+  with and without them, beside the least plain Python spends on the same edits (decode,
+  the nine edits written inline, encode), which must give the flow's `_source` bytes for
+  every record: what issue 14's `small-transforms` target can and cannot reach.
 
 CPU µs per record or answer item, the best of several rounds:
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import gc
 import os
 import random
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +32,7 @@ from typing import Any
 import orjson
 
 from bench.data import make_doc
+from flows.transforms.timestamps import iso
 
 ROUNDS = 7
 BULK_ITEMS = 5000
@@ -72,7 +78,7 @@ def processor_us(msgs: list[Any]) -> float:
     from flows.config import Settings
     from flows.process import Processor
 
-    batches = [msgs[i : i + 500] for i in range(0, len(msgs), 500)]
+    batches = _batches(msgs)
     proc = Processor(Settings.load(), [], 8)
 
     def run() -> None:
@@ -140,6 +146,108 @@ def exchange_us(msgs: list[Any], with_records: bool) -> float:
     return best_us(run, len(msgs))
 
 
+def transform_messages(n: int = 20000) -> list[Any]:
+    """`small-transforms`' records (with their traceparent headers) as consumed Messages."""
+    from confluent_kafka import Message
+
+    from bench.variant_data import header_names, transform_records
+    from bench.variants import example_transforms
+
+    records = transform_records(n, header_names(example_transforms()))
+    msgs = [
+        Message(topic="t", partition=i % 8, offset=i, key=key, headers=headers, value=value,
+                timestamp=(1, 1_700_000_000_000 + i))
+        for i, (key, value, headers, _) in enumerate(records)
+    ]  # fmt: skip
+    msgs.sort(key=lambda m: m.partition())
+    return msgs
+
+
+def transforms_us(msgs: list[Any]) -> tuple[float, float, float, float]:
+    """µs/record: the processor without and with the example's transforms, the floor's
+    work for the records as they are (`floor_us`), and with decode, the nine edits inline
+    and encode (checked to give the processor's documents)."""
+    from bench.variants import example_transforms
+    from flows.config import Settings
+    from flows.process import Processor
+    from flows.transforms import build_transforms
+
+    batches = _batches(msgs)
+    plain = Processor(Settings.load(), [], 8)
+    chained = Processor(Settings.load(), build_transforms(example_transforms()), 8)
+    check_inline_transforms(msgs, chained)
+
+    def run(proc: Callable[[list[Any]], object]) -> Callable[[], None]:
+        def go() -> None:  # a batch at a time: what a batch holds is freed after it
+            for batch in batches:
+                proc(batch)
+
+        return go
+
+    return (
+        best_us(run(plain), len(msgs)),
+        best_us(run(chained), len(msgs)),
+        floor_us(msgs, False),
+        best_us(run(_inline_transforms), len(msgs)),
+    )
+
+
+def _batches(msgs: list[Any]) -> list[list[Any]]:
+    return [msgs[i : i + 500] for i in range(0, len(msgs), 500)]
+
+
+def check_inline_transforms(msgs: list[Any], chained: Callable[[list[Any]], Any]) -> None:
+    """Raise unless the inline transforms give, for every record of `msgs`, the document
+    `chained` (a Processor with the example's transforms) gives: the same work."""
+    batches = _batches(msgs)
+    flow = {a.id: a.data.split(b"\n")[1] for b in batches for _, c in chained(b) for a in c}
+    floor = [a.split(b"\n") for b in batches for a in _inline_transforms(b)]
+    if flow != {orjson.loads(a)["index"]["_id"]: source for a, source, _ in floor}:
+        raise RuntimeError("the inline transforms do not give the flow's documents")
+
+
+def _inline_transforms(batch: list[Any]) -> list[bytes]:
+    """examples/es-sink.yaml's transforms, as a user would write them for these records in
+    one plain function (no chain, no per-transform call, no `Doc`), then the floor's action
+    line (`bench.loop`): the least a Python flow can do for them."""
+    from bench.loop import FLOOR_HEAD, FLOOR_TAIL
+
+    test_traffic, eu_topic = _INLINE_REGEXES
+    loads, dumps, join = orjson.loads, orjson.dumps, b"".join
+    out = []
+    for m in batch:
+        doc = loads(m.value())
+        customer = doc.get("customer")
+        if type(customer) is dict:  # filter
+            email = customer.get("email")
+            if type(email) is str and test_traffic(email):
+                continue
+        doc.pop("internal", None)  # drop
+        doc.pop("debug", None)
+        if type(customer) is dict and "phone" in customer:  # mask
+            customer["phone"] = "****"
+        if "cust" in doc:  # rename
+            doc["customer"] = doc.pop("cust")
+        if (created := doc.get("created")) is not None:  # timestamp_convert
+            doc["created"] = iso(created)
+        source = doc.get("source")  # insert_field offset, header
+        if type(source) is not dict:
+            source = doc["source"] = {}
+        source["kafka_offset"] = m.offset()
+        for name, value in m.headers() or ():
+            if name == "traceparent":
+                source["trace_id"] = value.decode()
+        if eu_topic(m.topic()):  # route (no match here)
+            raise AssertionError
+        if "amount" in doc:  # the user's enrich
+            doc["amount_cents"] = round(doc["amount"] * 100)
+        out.append(join((FLOOR_HEAD, dumps(m.key().decode()), FLOOR_TAIL, dumps(doc), b"\n")))
+    return out
+
+
+_INLINE_REGEXES = (re.compile(r".*@example\.test").fullmatch, re.compile("orders-(eu)").fullmatch)
+
+
 def bulk_answer_us(refused: int) -> float:
     from sinks.backoff import SYSTEM_CLOCK, Backoff
     from sinks.elasticsearch import bulk
@@ -181,6 +289,13 @@ def main() -> None:
             f"{variant} records across processes, µs/record: actions with their message "
             f"{exchange_us(msgs, False):.2f}, with a Record {exchange_us(msgs, True):.2f}"
         )
+    plain, chained, floor, inline = transforms_us(transform_messages())
+    print(
+        f"small-transforms records, µs/record: processor without transforms {plain:.2f}, "
+        f"with the example's nine {chained:.2f} (+{chained - plain:.2f}); the floor's work "
+        f"{floor:.2f}, with decode, the nine edits inline and encode {inline:.2f} "
+        f"(+{inline - floor:.2f})"
+    )
     for refused in (BULK_ITEMS // 200, BULK_ITEMS // 20):
         share = refused / BULK_ITEMS
         us = bulk_answer_us(refused)
