@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 PARTITIONS = 8
 BATCH = 500  # items per next_batch(): a consume() of the real source returns up to 1,000
@@ -135,32 +135,58 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run(procs: int, items: int, rate: float, work_us: float, epoch_s: int) -> list[float]:
-    """Run the dataflow as `procs` processes of one worker; each process's user+sys CPU s."""
+def _listening(port: int) -> bool:
+    """Whether something listens on `port` (read from /proc/net/tcp: a probing connection
+    would reach Bytewax's handshake)."""
+    with open("/proc/net/tcp") as f:
+        next(f)
+        return any(
+            int(local.rsplit(":", 1)[1], 16) == port and state == "0A"
+            for local, _, state in (line.split()[1:4] for line in f)
+        )
+
+
+def run(procs: int, items: int, rate: float, work_us: float, epoch_s: int) -> Run:
+    """Run the dataflow as `procs` processes of one worker. Process 0 starts first and the
+    others once it listens, so none waits out a connection retry."""
     env = {**os.environ, ENV: f"{items},{rate / procs},{work_us}"}
     cmd = [sys.executable, "-m", "bytewax.run", "bench.bytewax_alone:build_flow()"]
     cmd += ["-s", str(epoch_s)]
-    addrs = ";".join(f"127.0.0.1:{_free_port()}" for _ in range(procs))
+    ports = [_free_port() for _ in range(procs)]
+    addrs = ";".join(f"127.0.0.1:{port}" for port in ports)
     with tempfile.TemporaryDirectory() as tmp:
-        started = [
-            subprocess.Popen(  # our own interpreter and module
+
+        def start(i: int) -> subprocess.Popen[bytes]:
+            return subprocess.Popen(  # our own interpreter and module
                 cmd + ([] if procs == 1 else ["-i", str(i), "-a", addrs]),
                 env=env,
                 cwd=Path(__file__).resolve().parent.parent,
-                stdout=open(Path(tmp) / f"{i}.log", "wb"),  # noqa: SIM115  # closed on exit
+                stdout=open(Path(tmp) / f"{i}.log", "wb"),  # closed on exit
                 stderr=subprocess.STDOUT,
             )
-            for i in range(procs)
-        ]
+
+        started = [start(0)]
+        deadline = time.monotonic() + 30
+        while procs > 1 and not _listening(ports[0]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        started += [start(i) for i in range(1, procs)]
         cpu = []
-        for p in started:
+        for i, p in enumerate(started):
             _, status, usage = os.wait4(p.pid, 0)
             p.returncode = os.waitstatus_to_exitcode(status)
             if p.returncode:
-                log = (Path(tmp) / f"{started.index(p)}.log").read_text(errors="replace")
-                raise RuntimeError(f"process {started.index(p)} exited {p.returncode}:\n{log}")
+                log = (Path(tmp) / f"{i}.log").read_text(errors="replace")
+                raise RuntimeError(f"process {i} exited {p.returncode}:\n{log}")
             cpu.append(usage.ru_utime + usage.ru_stime)
-    return cpu
+    return Run(cpu, time.monotonic() - t0)
+
+
+class Run(NamedTuple):
+    cpu: list[float]
+    """Each process's user+sys CPU seconds, all its threads."""
+    wall: float
+    """Seconds from the last process's start to the end of all."""
 
 
 def main() -> None:
@@ -178,12 +204,10 @@ def main() -> None:
     for r in range(args.rounds):
         line = []
         for procs in (1, 2):
-            t0 = time.monotonic()
-            cpu = run(procs, args.items, args.rate, args.work_us, args.epoch_s)
-            wall = time.monotonic() - t0
-            per = sum(cpu) / args.items * 1e6
-            each = " + ".join(f"{c:.2f}" for c in cpu)
-            line.append(f"{procs}p {per:.2f} ({each}; {wall:.1f} s)")
+            done = run(procs, args.items, args.rate, args.work_us, args.epoch_s)
+            per = sum(done.cpu) / args.items * 1e6
+            each = " + ".join(f"{c:.2f}" for c in done.cpu)
+            line.append(f"{procs}p {per:.2f} ({each}; {done.wall:.1f} s)")
         print(f"round {r + 1}: " + ", ".join(line), flush=True)
 
 
