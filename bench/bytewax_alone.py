@@ -14,6 +14,9 @@ of it in `snapshot()`, at the end of each epoch. Sleeping costs no CPU, so what 
 process adds to the CPU per item is Bytewax's own.
 
     .venv/bin/python -m bench.bytewax_alone [--items 1000000] [--rate 50000] [--epoch-s 10]
+
+prints, per round, the CPU µs per item of one process of one worker (1p), two processes
+of one worker (2p) and one process of two workers (2w).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ PARTITIONS = 8
 BATCH = 500  # items per next_batch(): a consume() of the real source returns up to 1,000
 BUFFER = 5000  # items per "bulk": BULK_MAX_ACTIONS' default
 ENV = "BENCH_BYTEWAX_ALONE"  # items,rate per process,work µs per item
+
+LAYOUTS = (("1p", 1, 1), ("2p", 2, 1), ("2w", 1, 2))
+"""Printed name, processes, workers per process: flow-1w, flow-2p, flow-2w."""
 
 Item = tuple[int, bytes]
 PAYLOAD = b"x" * 300
@@ -146,12 +152,12 @@ def _listening(port: int) -> bool:
         )
 
 
-def run(procs: int, items: int, rate: float, work_us: float, epoch_s: int) -> Run:
-    """Run the dataflow as `procs` processes of one worker. Process 0 starts first and the
-    others once it listens, so none waits out a connection retry."""
+def run(procs: int, items: int, rate: float, work_us: float, epoch_s: int, workers: int = 1) -> Run:
+    """Run the dataflow as `procs` processes of `workers` workers. Process 0 starts first
+    and the others once it listens, so none waits out a connection retry."""
     env = {**os.environ, ENV: f"{items},{rate / procs},{work_us}"}
     cmd = [sys.executable, "-m", "bytewax.run", "bench.bytewax_alone:build_flow()"]
-    cmd += ["-s", str(epoch_s)]
+    cmd += ["-s", str(epoch_s), "-w", str(workers)]
     ports = [_free_port() for _ in range(procs)]
     addrs = ";".join(f"127.0.0.1:{port}" for port in ports)
     with tempfile.TemporaryDirectory() as tmp:
@@ -203,11 +209,11 @@ def main() -> None:
     )
     for r in range(args.rounds):
         line = []
-        for procs in (1, 2):
-            done = run(procs, args.items, args.rate, args.work_us, args.epoch_s)
+        for name, procs, workers in LAYOUTS:
+            done = run(procs, args.items, args.rate, args.work_us, args.epoch_s, workers)
             per = sum(done.cpu) / args.items * 1e6
             each = " + ".join(f"{c:.2f}" for c in done.cpu)
-            line.append(f"{procs}p {per:.2f} ({each}; {done.wall:.1f} s)")
+            line.append(f"{name} {per:.2f} ({each}; {done.wall:.1f} s)")
         print(f"round {r + 1}: " + ", ".join(line), flush=True)
 
 
