@@ -26,7 +26,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -55,22 +55,29 @@ def best_us(fn: Callable[[], object], n: int) -> float:
 
 def messages(variant: str, n: int = 20000) -> list[Any]:
     """`n` of the bench's records as consumed Messages, in runs of one partition."""
-    from confluent_kafka import Message
-
     from flows.process import sink_partition
 
     def placed(i: int) -> int:  # where a Java producer (the bench's partitioner) puts the key
         return sink_partition(f"k{i:09d}", 8, "murmur2")
 
     rng = random.Random(1)
+    records = ((b"k%09d" % i, orjson.dumps(make_doc(variant, rng, i)), None) for i in range(n))
+    return _consumed(records, placed)
+
+
+def _consumed(
+    records: Iterable[tuple[bytes, bytes, Any]], placed: Callable[[int], int]
+) -> list[Any]:
+    """`(key, value, headers)` as Messages of topic `t` consumed at offsets 0, 1, ..., the
+    i-th from partition `placed(i)`, sorted into runs of one partition (as a batch holds)."""
+    from confluent_kafka import Message
+
     msgs = [
-        Message(
-            topic="t", partition=placed(i), offset=i, key=b"k%09d" % i, headers=None,
-            value=orjson.dumps(make_doc(variant, rng, i)), timestamp=(1, 1_700_000_000_000 + i),
-        )
-        for i in range(n)
+        Message(topic="t", partition=placed(i), offset=i, key=key, headers=headers, value=value,
+                timestamp=(1, 1_700_000_000_000 + i))
+        for i, (key, value, headers) in enumerate(records)
     ]  # fmt: skip
-    msgs.sort(key=lambda m: m.partition())  # a batch holds runs of one Kafka partition
+    msgs.sort(key=lambda m: m.partition())
     return msgs
 
 
@@ -148,19 +155,11 @@ def exchange_us(msgs: list[Any], with_records: bool) -> float:
 
 def transform_messages(n: int = 20000) -> list[Any]:
     """`small-transforms`' records (with their traceparent headers) as consumed Messages."""
-    from confluent_kafka import Message
-
     from bench.variant_data import header_names, transform_records
     from bench.variants import example_transforms
 
     records = transform_records(n, header_names(example_transforms()))
-    msgs = [
-        Message(topic="t", partition=i % 8, offset=i, key=key, headers=headers, value=value,
-                timestamp=(1, 1_700_000_000_000 + i))
-        for i, (key, value, headers, _) in enumerate(records)
-    ]  # fmt: skip
-    msgs.sort(key=lambda m: m.partition())
-    return msgs
+    return _consumed(((k, v, h) for k, v, h, _ in records), lambda i: i % 8)
 
 
 def transforms_us(msgs: list[Any]) -> tuple[float, float, float, float, float]:
@@ -203,10 +202,11 @@ def check_inline_transforms(msgs: list[Any], chained: Callable[[list[Any]], Any]
     routed elsewhere, and some records filtered out (so the check is not vacuous)."""
     batches = _batches(msgs)
     actions = [a for b in batches for _, c in chained(b) for a in c]
-    flow = sorted((a.id, a.data.split(b"\n")[1]) for a in actions)
+    flow_lines = [a.data.split(b"\n") for a in actions]
+    flow = sorted((a.id, source) for a, (_, source, _) in zip(actions, flow_lines, strict=True))
     lines = [a.split(b"\n") for b in batches for a in _inline_transforms(b)]
     inline = sorted((orjson.loads(head)["index"]["_id"], source) for head, source, _ in lines)
-    indices = {orjson.loads(a.data.split(b"\n")[0])["index"].get("_index") for a in actions}
+    indices = {orjson.loads(head)["index"].get("_index") for head, _, _ in flow_lines}
     routed = indices != {m.topic() for m in msgs}  # each to its topic's index, as configured
     if not 0 < len(flow) < len(msgs) or flow != inline or routed:
         raise RuntimeError("the inline transforms do not give the flow's documents")
