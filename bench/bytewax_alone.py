@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +34,7 @@ from typing import Any, NamedTuple
 PARTITIONS = 8
 BATCH = 500  # items per next_batch(): a consume() of the real source returns up to 1,000
 BUFFER = 5000  # items per "bulk": BULK_MAX_ACTIONS' default
+RUN_LIMIT_S = 3600.0
 ENV = "BENCH_BYTEWAX_ALONE"  # items,rate per process,work µs per item
 
 LAYOUTS = (("1p", 1, 1), ("2p", 2, 1), ("2w", 1, 2))
@@ -135,12 +134,6 @@ def build_flow() -> Any:
     return flow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _listening(port: int) -> bool:
     """Whether something listens on `port` (read from /proc/net/tcp: a probing connection
     would reach Bytewax's handshake)."""
@@ -155,37 +148,35 @@ def _listening(port: int) -> bool:
 def run(procs: int, items: int, rate: float, work_us: float, epoch_s: int, workers: int = 1) -> Run:
     """Run the dataflow as `procs` processes of `workers` workers. Process 0 starts first
     and the others once it listens, so none waits out a connection retry."""
+    from bench.procs import Proc, kill_all
+    from bench.systems import free_port
+
     env = {**os.environ, ENV: f"{items},{rate / procs},{work_us}"}
     cmd = [sys.executable, "-m", "bytewax.run", "bench.bytewax_alone:build_flow()"]
     cmd += ["-s", str(epoch_s), "-w", str(workers)]
-    ports = [_free_port() for _ in range(procs)]
+    ports = [free_port() for _ in range(procs)]
     addrs = ";".join(f"127.0.0.1:{port}" for port in ports)
+    root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as tmp:
 
-        def start(i: int) -> subprocess.Popen[bytes]:
-            return subprocess.Popen(  # our own interpreter and module
-                cmd + ([] if procs == 1 else ["-i", str(i), "-a", addrs]),
-                env=env,
-                cwd=Path(__file__).resolve().parent.parent,
-                stdout=open(Path(tmp) / f"{i}.log", "wb"),  # closed on exit
-                stderr=subprocess.STDOUT,
-            )
+        def start(i: int) -> Proc:
+            cluster = [] if procs == 1 else ["-i", str(i), "-a", addrs]
+            return Proc(f"process {i}", cmd + cluster, env, root, Path(tmp) / f"{i}.log")
 
-        started = [start(0)]
-        deadline = time.monotonic() + 30
-        while procs > 1 and not _listening(ports[0]) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        t0 = time.monotonic()
-        started += [start(i) for i in range(1, procs)]
-        cpu = []
-        for i, p in enumerate(started):
-            _, status, usage = os.wait4(p.pid, 0)
-            p.returncode = os.waitstatus_to_exitcode(status)
-            if p.returncode:
-                log = (Path(tmp) / f"{i}.log").read_text(errors="replace")
-                raise RuntimeError(f"process {i} exited {p.returncode}:\n{log}")
-            cpu.append(usage.ru_utime + usage.ru_stime)
-    return Run(cpu, time.monotonic() - t0)
+        try:
+            started = [start(0)]
+            deadline = time.monotonic() + 30
+            while procs > 1 and not _listening(ports[0]) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            t0 = time.monotonic()
+            started += [start(i) for i in range(1, procs)]
+            for p in started:
+                p.wait(RUN_LIMIT_S)
+                if p.returncode != 0:
+                    raise RuntimeError(f"{p.name} exited {p.returncode}:\n{p.tail()}")
+        finally:
+            kill_all()  # what still runs after a failure
+    return Run([p.cpu_s for p in started], max(p.ended or t0 for p in started) - t0)
 
 
 class Run(NamedTuple):
