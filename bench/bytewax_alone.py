@@ -170,8 +170,14 @@ def run(procs: int, items: int, rate: float, work_us: float, epoch_s: int, worke
                 time.sleep(0.01)
             t0 = time.monotonic()
             started += [start(i) for i in range(1, procs)]
+            deadline = t0 + RUN_LIMIT_S
+            while not all([p.poll() for p in started]):  # reap each: a failed one ends it
+                failed = [p for p in started if p.returncode not in (None, 0)]
+                if failed or time.monotonic() > deadline:
+                    why = [f"{p.name} exited {p.returncode}:\n{p.tail()}" for p in failed]
+                    raise RuntimeError("\n".join(why) or f"not done in {RUN_LIMIT_S:.0f} s")
+                time.sleep(0.05)
             for p in started:
-                p.wait(RUN_LIMIT_S)
                 if p.returncode != 0:
                     raise RuntimeError(f"{p.name} exited {p.returncode}:\n{p.tail()}")
         finally:
