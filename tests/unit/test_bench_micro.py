@@ -1,5 +1,6 @@
 """`bench.micro`'s inline reference for the example's transforms is only a reference if it
-does the flow's work: it must give the processor's documents, as many, record for record."""
+does the flow's work: it must give the processor's documents (ids and `_source`s), as many,
+in any order (the processor groups them by sink partition)."""
 
 from __future__ import annotations
 
