@@ -19,15 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import orjson
 from elasticsearch import Elasticsearch
 
-from bench.data import SEED, lat_key_for, make_doc
+from bench.data import LatencyDocs, due_time_ms, lat_key_for
 from sinks.elasticsearch.client import connect
 
 RETRY_STATUSES = {429, 502, 503, 504}
@@ -74,22 +72,18 @@ def bulk(args: argparse.Namespace) -> None:
 
 def paced(args: argparse.Namespace) -> None:
     es = connect(args.es, request_timeout=120)
-    rng = random.Random(SEED + 1)
+    docs = LatencyDocs(args.variant)
     t0 = time.time()
     print(f"T0 {t0:.6f}", flush=True)
     total = int(args.rate * args.seconds)
     seq = 0
-    dumps = orjson.dumps
     while seq < total:
         due = min(total, int((time.time() - t0) * args.rate) + 1)
         if due > seq:
             parts: list[bytes] = []
             while seq < due:
-                doc = make_doc(args.variant, rng, seq)
-                doc["lat_seq"] = seq
-                doc["lat_ts"] = int(time.time() * 1000)
                 parts.append(b'{"index":{"_id":"%s"}}\n' % lat_key_for(seq).encode())
-                parts.append(dumps(doc) + b"\n")
+                parts.append(docs.value(seq, due_time_ms(t0, args.rate, seq)) + b"\n")
                 seq += 1
             send(es, args.index, b"".join(parts))
         time.sleep(max(0.0, 0.01 - (time.time() - t0) % 0.01))

@@ -114,6 +114,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         help="records/s keep coming this long after the window (default 5; quick 1)",
     )
+    p.add_argument(
+        "--lat-poll-ms",
+        type=float,
+        default=50.0,
+        help="refresh and look for the sampled documents this often while records come "
+        "(default 50: latency to searchable); 0: only once they stop, so that the harness's "
+        "refreshes do not load Elasticsearch; then only the indexed latency (ix_) is measured",
+    )
     p.add_argument("--lat-drain-s", type=float, help="wait for stragglers (default 30; quick 15)")
     p.add_argument(
         "--flow-env",

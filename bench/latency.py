@@ -21,14 +21,11 @@ import argparse
 import bisect
 import contextlib
 import json
-import random
 import sys
 import threading
 import time
 
-import orjson
-
-from bench.data import SEED, lat_key_for, make_doc
+from bench.data import LatencyDocs, due_time_ms, lat_key_for
 from bench.procs import Proc
 from bench.report import Row
 from bench.services import POLL_S, Services, new_producer
@@ -86,6 +83,7 @@ class PacedProducer(threading.Thread):
         self.seq = 0
         self.probes = 0
         self.last_ts = 0.0
+        self.late_ms = 0  # the most a record was produced after it was due
         self.done = threading.Event()
         self.error: Exception | None = None
         self._go = threading.Event()
@@ -107,8 +105,7 @@ class PacedProducer(threading.Thread):
             self.done.set()
 
     def _run(self) -> None:
-        rng = random.Random(SEED + 1)
-        p, dumps = self.producer, orjson.dumps
+        p = self.producer
         while not self._go.wait(0.2):
             probe = self.probes
             p.produce(self.topic, b'{"probe": %d}' % probe, b"probe-%d" % probe)
@@ -116,18 +113,21 @@ class PacedProducer(threading.Thread):
             self.probes += 1
         assert self.t0 is not None and self.total is not None
         t0, rate, total = self.t0, self.rate, self.total
+        docs = LatencyDocs(self.variant)
         while self.seq < total:
             due = min(total, int((time.time() - t0) * rate) + 1)
             while self.seq < due:
                 seq = self.seq
-                doc = make_doc(self.variant, rng, seq)
                 now_ms = int(time.time() * 1000)
-                doc["lat_seq"] = seq
-                doc["lat_ts"] = now_ms
+                due_ms = due_time_ms(t0, rate, seq)
+                self.late_ms = max(self.late_ms, now_ms - due_ms)
                 while True:
                     try:
                         p.produce(
-                            self.topic, dumps(doc), lat_key_for(seq).encode(), timestamp=now_ms
+                            self.topic,
+                            docs.value(seq, due_ms),
+                            lat_key_for(seq).encode(),
+                            timestamp=now_ms,
                         )
                         break
                     except BufferError:
@@ -199,6 +199,7 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
         seq_nos: list[tuple[int, float]] = []  # (_seq_no, lat_ts) of each sample
         refreshes: list[float] = []
         by_seq: list[tuple[int, float]] = []
+        seqs: list[int] = []  # the record of each entry of seq_nos
         watch = IndexedWatch(svc, index)
         watch.start()
         # Stragglers: wait `drain` s after the last record was due, and longer while
@@ -209,11 +210,14 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
         window = (t0 + warm, t0 + warm + measure)
         cpu_marks: list[float] = []
         server_marks: list[dict[str, float | None]] = []  # Kafka's and ES's, same times
+        poll_s = args.lat_poll_ms / 1000
+        quiet_until = 0.0 if poll_s else t0 + warm + measure + tail  # no refresh before
         while unseen and time.time() < min(deadline, hard_deadline):
             tick = time.monotonic()
             before = len(unseen)
             upto = (time.time() - t0) * rate + 1
-            cand = [k for k, s in unseen.items() if s <= upto]
+            quiet = time.time() < quiet_until
+            cand = [] if quiet else [k for k, s in unseen.items() if s <= upto]
             if cand:
                 asked_ms = time.time() * 1000
                 svc.es.indices.refresh(index=index)
@@ -235,6 +239,7 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
                         latencies.append(t_vis_ms - ts)
                         seq_nos.append((hit["_seq_no"], ts))
                         by_seq.append((seq, latencies[-1]))
+                        seqs.append(seq)
             if len(cpu_marks) < 2 and time.time() >= window[len(cpu_marks)]:
                 cpu_marks.append(live_cpu(procs))
                 server_marks.append(server_cpu(ctx))
@@ -242,23 +247,33 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
                 deadline = max(deadline, time.time() + 10)
             if producer is not None and producer.error:
                 raise RuntimeError(f"paced producer failed: {producer.error}")
-            time.sleep(max(0.0, LAT_POLL_S - (time.monotonic() - tick)))
+            time.sleep(max(0.0, (poll_s or LAT_POLL_S) - (time.monotonic() - tick)))
         row.lat_samples = len(latencies)
         row.lat_missing = len(unseen)
         if not latencies:
             raise RuntimeError("no sampled document became searchable")
-        row.p50_ms = percentile(latencies, 0.50)
-        row.p99_ms = percentile(latencies, 0.99)
         watch.stop.set()
         watch.join()
-        indexed = [t - ts for n, ts in seq_nos if (t := watch.indexed_ms(n)) is not None]
+        ix_by_seq = [
+            (q, t - ts)
+            for q, (n, ts) in zip(seqs, seq_nos, strict=True)
+            if (t := watch.indexed_ms(n)) is not None
+        ]
+        indexed = [v for _, v in ix_by_seq]
+        if poll_s:
+            row.p50_ms = percentile(latencies, 0.50)
+            row.p99_ms = percentile(latencies, 0.99)
+        else:  # looked for only once the records stopped: no searchable latency
+            by_seq = ix_by_seq
         row.extra["ix_unmapped"] = len(seq_nos) - len(indexed)
         if watch.failed:
             log(f"latency: {system}: {watch.failed} index_total looks failed (ix_ figures)")
         if indexed:
             row.extra["ix_p50_ms"] = percentile(indexed, 0.50)
             row.extra["ix_p99_ms"] = percentile(indexed, 0.99)
-        row.extra["refresh_p99_ms"] = percentile(refreshes, 0.99)
+        if poll_s:
+            row.extra["refresh_p99_ms"] = percentile(refreshes, 0.99)
+        row.extra["lat_poll_ms"] = args.lat_poll_ms
         row.extra["latency_rate"] = rate
         # Saturated: the median latency of the window's second half is more than twice
         # (and 1 s above) that of its first half: the system fell behind the rate.
@@ -280,6 +295,7 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
         if producer is not None:
             producer.done.wait(120)
             last, expected = producer.last_ts, total + producer.probes
+            row.extra["producer_late_ms"] = producer.late_ms
         else:
             last, expected = t0 + total / rate, total
         while svc.index_total(index) < expected and time.time() < last + 120:
@@ -321,9 +337,12 @@ def run_all(ctx: Ctx, rows: list[Row]) -> tuple[float, bool]:
         log(f"latency: {row.system} at {rate:,.0f} records/s ...")
         try:
             run_latency(ctx, row.system, rate, row)
+            shown = [("p50", row.p50_ms), ("p99", row.p99_ms)]
+            shown += [(k, row.extra.get(f"{k}_ms")) for k in ("ix_p50", "ix_p99")]
             log(
-                f"latency: {row.system}: p50 {row.p50_ms:,.0f} ms, p99 {row.p99_ms:,.0f} ms"
-                f" ({row.lat_samples} samples, {row.lat_missing} missing)"
+                f"latency: {row.system}: "
+                + ", ".join(f"{k} {v:,.0f} ms" for k, v in shown if v is not None)
+                + f" ({row.lat_samples} samples, {row.lat_missing} missing)"
             )
             if row.lat_missing:
                 raise RuntimeError(f"{row.lat_missing} sampled documents never became searchable")

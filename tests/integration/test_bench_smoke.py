@@ -101,3 +101,26 @@ def test_tiny_bench_runs_the_new_variants(services, tmp_path):
         assert d["records"] == 2000 and d["peak_threads"] > 0 and d["searchable_s"] > 0, d
     assert "Schema Registry stand-in served 1 requests" in output, output[-3000:]
     assert "flow-1w by variant" in proc.stdout, proc.stdout
+
+
+@pytest.mark.timeout(300)
+def test_latency_without_the_harness_refreshing(services, tmp_path):
+    """`--lat-poll-ms 0`: no `_refresh` while the records come (at 20 a second they made
+    Elasticsearch's per-document cost and the flow's latency the harness's doing), so only
+    the indexed latency is measured, from when each record was due."""
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench"), "--quick", "--lat-poll-ms", "0"]
+    cmd += ["--systems", "ceiling,flow-1w", "--json", str(out)]
+    cmd += ["--bootstrap", services.kafka, "--es", services.es_url]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    rows = json.loads(out.read_text())
+    assert [r["system"] for r in rows] == ["ceiling", "flow-1w"], output[-3000:]
+    assert all(r["p50_ms"] is None and r["p99_ms"] is None for r in rows), rows
+    for d in json.loads(out.with_suffix(".details.json").read_text()):
+        assert d["lat_poll_ms"] == 0 and d["refresh_p99_ms"] is None, d
+        assert d["ix_unmapped"] == 0 and 0 < d["ix_p50_ms"] <= d["ix_p99_ms"], d
+        assert d["latency_rate"] > 0 and d["saturated"] in (True, False), d
+    flow = json.loads(out.with_suffix(".details.json").read_text())[1]
+    assert flow["producer_late_ms"] is not None and flow["producer_late_ms"] >= 0, flow
