@@ -119,8 +119,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=50.0,
         help="refresh and look for the sampled documents this often while records come "
-        "(default 50: latency to searchable); 0: only once they stop, so that the harness's "
-        "refreshes do not load Elasticsearch; then only the indexed latency (ix_) is measured",
+        "(default 50: latency to searchable); 0: only once the schedule ends, so that the "
+        "harness's refreshes do not load Elasticsearch; then only the indexed latency (ix_) "
+        "is measured",
     )
     p.add_argument("--lat-drain-s", type=float, help="wait for stragglers (default 30; quick 15)")
     p.add_argument(
@@ -140,6 +141,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="virtualenv for quixstreams and py-spy (created on first use)",
     )
     args = p.parse_args(argv)
+    if args.lat_poll_ms < 0:
+        p.error(f"--lat-poll-ms must be 0 or more, not {args.lat_poll_ms:g}")
     q = args.quick
     if args.records is None:
         args.records = 20_000 if q else (5_000_000 if args.memory else 1_000_000)

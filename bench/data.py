@@ -91,11 +91,12 @@ def lat_key_for(seq: int) -> str:
 
 
 class LatencyDocs:
-    """The latency runs' documents, cheaply: `make_doc` and `orjson.dumps` cost the paced
-    senders ~10 µs a record, CPU that the 2-core machine takes from the systems measured
-    (the harness's producer used 35-50% of a core at 32,000 records/s). The values cycle
-    through POOL encoded documents with `lat_seq` and `lat_ts` appended, in the same order
-    and shape as `make_doc` then setting both keys would give."""
+    """The latency runs' documents, with less CPU per record in the paced senders (CPU the
+    2-core machine takes from the systems measured): `make_doc` and `orjson.dumps` run for
+    POOL documents once, and record `seq` is document `seq % POOL` with `lat_seq` and
+    `lat_ts` appended, as `make_doc` then setting both keys would encode it. So contents
+    repeat every POOL records (`event_id`, `ts` and the random fields); ids, from the
+    keys, do not."""
 
     POOL = 1024
 

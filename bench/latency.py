@@ -2,9 +2,9 @@
 
 After the throughput runs, at a fixed rate (by default a share of the slowest Kafka system's
 docs/s, `--latency-share`), a paced producer writes live records to a fresh topic per system;
-a systematic sample (~200 documents/s) is looked for every 50 ms (`_refresh`, then an `ids`
-search); latency = refresh return time - record timestamp (`lat_ts` in the document, set to
-the produce time).
+a systematic sample (~200 documents/s) is looked for every `--lat-poll-ms` (50: `_refresh`,
+then an `ids` search); latency = refresh return time - `lat_ts` in the document, the time
+the record was due on the schedule (`bench.data.due_time_ms`).
 
 That is the latency a user's search sees, but on a busy node the `_refresh` call itself
 takes from 0.2 s to seconds, whichever system writes. So a thread also watches the index's
@@ -12,7 +12,11 @@ completed index operations (`index_total`, no refresh needed) every 20 ms: a doc
 `_seq_no` (one shard) tells which operation wrote it, so the first look at which
 `index_total` passed it is when it was indexed. `ix_p50_ms` / `ix_p99_ms` = that time -
 `lat_ts`: the system's own part, which no refresh inflates; `refresh_p99_ms` is the
-harness's `_refresh` call.
+harness's `_refresh` call. Up to 20 refreshes a second load Elasticsearch themselves, so
+`--lat-poll-ms 0` looks for the samples only once the schedule has ended (refreshing and
+searching every 50 ms from then until all are found): only the indexed latency is
+measured, and `--keep-work`'s per-sample file holds indexed latencies instead of searchable
+ones.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import json
 import sys
 import threading
 import time
+from typing import Any
 
 from bench.data import LatencyDocs, due_time_ms, lat_key_for
 from bench.procs import Proc
@@ -38,6 +43,7 @@ __all__ = ["PacedProducer", "percentile", "run_all", "run_latency"]
 LAT_POLL_S = 0.05
 LAT_SAMPLES_PER_S = 200
 INDEXED_POLL_S = 0.02
+SEARCH_CHUNK = 5000  # sampled ids per search (Elasticsearch's max_result_window is 10,000)
 
 
 class IndexedWatch(threading.Thread):
@@ -223,16 +229,19 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
                 svc.es.indices.refresh(index=index)
                 t_vis_ms = time.time() * 1000
                 refreshes.append(t_vis_ms - asked_ms)
-                res = svc.es.search(
-                    index=index,
-                    query={"ids": {"values": cand}},
-                    size=len(cand),
-                    source=False,
-                    docvalue_fields=["lat_ts"],
-                    seq_no_primary_term=True,
-                    filter_path="hits.hits._id,hits.hits._seq_no,hits.hits.fields",
-                )
-                for hit in res.get("hits", {}).get("hits", []):
+                hits: list[dict[str, Any]] = []
+                for i in range(0, len(cand), SEARCH_CHUNK):  # under max_result_window
+                    res = svc.es.search(
+                        index=index,
+                        query={"ids": {"values": cand[i : i + SEARCH_CHUNK]}},
+                        size=SEARCH_CHUNK,
+                        source=False,
+                        docvalue_fields=["lat_ts"],
+                        seq_no_primary_term=True,
+                        filter_path="hits.hits._id,hits.hits._seq_no,hits.hits.fields",
+                    )
+                    hits += res.get("hits", {}).get("hits", [])
+                for hit in hits:
                     seq = unseen.pop(hit["_id"], None)
                     if seq is not None:
                         ts = hit["fields"]["lat_ts"][0]

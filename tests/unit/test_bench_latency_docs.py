@@ -1,6 +1,7 @@
-"""The latency runs' senders stamp pre-encoded documents (`bench.data.LatencyDocs`): they
-must be the documents `make_doc` gives with `lat_seq` and `lat_ts` set, so that cheaper
-senders do not change what Elasticsearch indexes; and `lat_ts` is when a record was due."""
+"""The latency runs' senders stamp pre-encoded documents (`bench.data.LatencyDocs`): record
+`seq` must be `make_doc`'s document `seq % POOL` with `lat_seq` and `lat_ts` set, encoded
+as `orjson.dumps` would, so that cheaper senders send documents of the same shape; and
+`lat_ts` is when a record was due."""
 
 from __future__ import annotations
 
