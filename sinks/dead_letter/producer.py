@@ -2,7 +2,9 @@
 
 Every produce has a delivery callback, and `send()` returns only once Kafka confirmed every
 record; failed deliveries are produced again with backoff (forever, or for
-DLQ_RETRY_BUDGET_S). Both sinks call it before their `write_batch`/`snapshot` returns, so
+DLQ_RETRY_BUDGET_S). The Elasticsearch sink's bulk threads call it before their bulk is
+done; the dead-letter sink produces with `produce()` as records come and confirms with
+`confirm()` in its `snapshot()` (a Kafka round trip per worker batch held the worker), so
 offsets are never committed past an unconfirmed dead letter. A dead letter the topic refuses
 as larger than its `max.message.bytes` stops the flow with one line saying so: retrying
 cannot fix it, and dropping it would break "every failed record reaches the dead-letter
@@ -33,6 +35,7 @@ RETRY_MAX_S = 10.0
 _PRODUCER_DEFAULTS = {"linger.ms": 5, "message.max.bytes": 1_000_000_000, "compression.type": "lz4"}
 # No duplicates or reordering on retries, and no loss on a leader change.
 _PRODUCER_OVERRIDES = {"enable.idempotence": True, "acks": "all"}
+Failed = tuple[DeadLetter, KafkaError]
 
 
 class DeadLetterProducer:
@@ -64,7 +67,7 @@ class DeadLetterProducer:
         retries = self._backoff.start(self._clock)
         try:
             while pending:
-                failed: list[tuple[DeadLetter, KafkaError]] = []
+                failed: list[Failed] = []
                 for dl in pending:
                     self._produce(dl, failed, oversized)
                     if alone:  # refused alone: this record is larger than the topic accepts
@@ -91,6 +94,35 @@ class DeadLetterProducer:
             raise
         for dl in letters:
             metrics.DEAD_LETTERS.labels(dl.stage).inc()
+
+    def produce(self, letters: Sequence[DeadLetter], failed: list[Failed]) -> None:
+        """Produce `letters` without waiting for Kafka; a delivery that fails lands in
+        `failed` (when any thread serves the delivery reports) for `confirm()`."""
+        oversized: set[int] = set()
+        try:
+            for dl in letters:
+                self._produce(dl, failed, oversized, count=True)
+            self._producer.poll(0)  # serve the reports so far: they hold their records
+        except BaseException:
+            failing.mark()
+            raise
+
+    def confirm(self, failed: list[Failed]) -> None:
+        """Wait until every record `produce()` queued is confirmed; produce the failed ones
+        again as `send()` does (backoff, budget, a record too large stops the flow)."""
+        try:
+            self._confirm(self._backoff.start(self._clock))
+        except BaseException:
+            failing.mark()
+            raise
+        if failed:
+            letters, first = [dl for dl, _ in failed], failed[0][1]
+            failed.clear()
+            logger.warning(
+                "dead-letter topic %s: %d deliveries failed (%s); producing them again",
+                self._topic, len(letters), first,
+            )  # fmt: skip
+            self.send(letters)
 
     def _confirm(self, retries: Retries) -> None:
         """Wait until librdkafka has reported every queued delivery."""
@@ -130,14 +162,16 @@ class DeadLetterProducer:
             return None
 
     def _produce(
-        self,
-        dl: DeadLetter,
-        failed: list[tuple[DeadLetter, KafkaError]],
-        oversized: set[int],
+        self, dl: DeadLetter, failed: list[Failed], oversized: set[int], count: bool = False
     ) -> None:
+        """Queue `dl`; with `count`, its delivery counts it in the metrics (`send()` counts
+        its letters once all are confirmed)."""
+
         def on_delivery(err: KafkaError | None, _msg: object) -> None:
             if err is not None:
                 failed.append((dl, err))
+            elif count:
+                metrics.DEAD_LETTERS.labels(dl.stage).inc()
 
         rec = dl.record
         value = rec.value
@@ -160,6 +194,10 @@ class DeadLetterProducer:
                 return
             except BufferError:  # local queue full: let deliveries drain, then go on
                 self._producer.poll(0.5)
+                progress.beat()
+                if failing.failing():
+                    msg = f"dead-letter topic {self._topic}: stopped waiting for room in the queue"
+                    raise DeadLetterDeliveryError(msg) from None
             except KafkaException as e:
                 err = e.args[0]
                 if not isinstance(err, KafkaError) or err.code() not in _TOO_LARGE:
@@ -171,7 +209,7 @@ class DeadLetterProducer:
                     self._topic, rec.topic, rec.offset, err.str(),
                 )  # fmt: skip
                 oversized.add(id(dl))
-                self._produce(dl, failed, oversized)
+                self._produce(dl, failed, oversized, count)
                 return
 
     def _check_budget(self, retries: Retries, why: str) -> None:
@@ -186,9 +224,10 @@ class DeadLetterProducer:
             raise DeadLetterDeliveryError(msg)
 
     def close(self) -> None:
-        """Nothing to deliver: `send()` returned only once every record was confirmed, and
-        Bytewax also calls close() while unwinding after an error, when waiting on the
-        broker would only delay the stop."""
+        """Nothing to deliver: `send()` returned only once every record was confirmed, what
+        `produce()` queued since the last `confirm()` was never committed, and Bytewax also
+        calls close() while unwinding after an error, when waiting on the broker would only
+        delay the stop."""
 
 
 @locked_cache
