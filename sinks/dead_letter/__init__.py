@@ -60,6 +60,10 @@ class DeadLetterSink(NumberedSink):
         return _DeadLetterPartition(shared_producer(self._config))
 
 
+UNCONFIRMED_LETTERS = 10_000
+UNCONFIRMED_BYTES = 16 * 1024 * 1024
+
+
 class _DeadLetterPartition(StatefulSinkPartition[DeadLetter, None]):
     """Produces as batches come; the epoch's end waits for Kafka's confirmations, as the
     Elasticsearch sink's does for its bulks, so the worker does not wait on the broker for
@@ -69,15 +73,23 @@ class _DeadLetterPartition(StatefulSinkPartition[DeadLetter, None]):
     def __init__(self, producer: DeadLetterProducer) -> None:
         self._producer = producer
         self._failed: list[Failed] = []  # filled by delivery reports, on any thread
+        self._letters = 0  # produced since the last confirm(), and their bytes
+        self._bytes = 0
 
     @progress.tracked
     def write_batch(self, items: list[DeadLetter]) -> None:
-        self._producer.produce(items, self._failed)
+        """Produce; confirm at once when UNCONFIRMED_LETTERS or _BYTES are unconfirmed
+        (memory: librdkafka and the delivery reports hold them until confirmed)."""
+        self._bytes += self._producer.produce(items, self._failed)
+        self._letters += len(items)
+        if self._letters >= UNCONFIRMED_LETTERS or self._bytes >= UNCONFIRMED_BYTES:
+            self.snapshot()
 
     @progress.tracked
     def snapshot(self) -> None:
         """Every dead letter written so far is confirmed before the epoch closes."""
         self._producer.confirm(self._failed)
+        self._letters = self._bytes = 0
 
     def close(self) -> None:
         """Send nothing and wait for nothing: what is unconfirmed was never committed (see

@@ -39,7 +39,8 @@ Failed = tuple[DeadLetter, KafkaError]
 
 
 class DeadLetterProducer:
-    """Produces dead letters and waits until Kafka confirmed each one."""
+    """Produces dead letters and waits until Kafka confirmed each one: in `send()`, or in
+    `confirm()` for what `produce()` queued."""
 
     def __init__(self, config: DeadLetterConfig, clock: Clock = SYSTEM_CLOCK) -> None:
         self._topic = config.topic
@@ -61,10 +62,13 @@ class DeadLetterProducer:
         librdkafka's 1 GB message.max.bytes) is sent without its value, with a header
         naming where the original is: never dropped, never a crash loop.
         """
+        self._send(letters, self._backoff.start(self._clock))
+
+    def _send(self, letters: Sequence[DeadLetter], retries: Retries) -> None:
+        """`send()` within the budget `retries` already counts."""
         pending = list(letters)
         oversized: set[int] = set()
         alone = False  # after a size refusal: one record per request, to find the culprit
-        retries = self._backoff.start(self._clock)
         try:
             while pending:
                 failed: list[Failed] = []
@@ -95,9 +99,10 @@ class DeadLetterProducer:
         for dl in letters:
             metrics.DEAD_LETTERS.labels(dl.stage).inc()
 
-    def produce(self, letters: Sequence[DeadLetter], failed: list[Failed]) -> None:
-        """Produce `letters` without waiting for Kafka; a delivery that fails lands in
-        `failed` (when any thread serves the delivery reports) for `confirm()`."""
+    def produce(self, letters: Sequence[DeadLetter], failed: list[Failed]) -> int:
+        """Produce `letters` without waiting for Kafka: the bytes queued. A delivery that
+        fails lands in `failed` (whichever thread serves the delivery reports) for
+        `confirm()`; only the caller's thread may produce into that list."""
         oversized: set[int] = set()
         try:
             for dl in letters:
@@ -106,23 +111,30 @@ class DeadLetterProducer:
         except BaseException:
             failing.mark()
             raise
+        return sum(len(dl.record.value or b"") + len(dl.record.key or b"") for dl in letters)
 
     def confirm(self, failed: list[Failed]) -> None:
         """Wait until every record `produce()` queued is confirmed; produce the failed ones
-        again as `send()` does (backoff, budget, a record too large stops the flow)."""
+        again as `send()` does (backoff, a record too large stops the flow), all within one
+        DLQ_RETRY_BUDGET_S.
+
+        When `flush()` returns, every delivery report of what was queued has run, on
+        whichever thread served it, and nothing else produces into `failed` meanwhile (see
+        `produce()`), so taking the list needs no lock."""
+        retries = self._backoff.start(self._clock)
         try:
-            self._confirm(self._backoff.start(self._clock))
+            self._confirm(retries)
         except BaseException:
             failing.mark()
             raise
         if failed:
-            letters, first = [dl for dl, _ in failed], failed[0][1]
-            failed.clear()
+            taken, failed[:] = failed[:], []
+            letters = [dl for dl, _ in taken]
             logger.warning(
                 "dead-letter topic %s: %d deliveries failed (%s); producing them again",
-                self._topic, len(letters), first,
+                self._topic, len(letters), taken[0][1],
             )  # fmt: skip
-            self.send(letters)
+            self._send(letters, retries)
 
     def _confirm(self, retries: Retries) -> None:
         """Wait until librdkafka has reported every queued delivery."""
@@ -186,6 +198,7 @@ class DeadLetterProducer:
                 f"dead-letter topic accepts; read it from {rec.where}"
             )
             headers.append((VALUE_OMITTED_HEADER, note.encode()))
+        waiting: Retries | None = None
         while True:
             try:
                 self._producer.produce(
@@ -195,9 +208,8 @@ class DeadLetterProducer:
             except BufferError:  # local queue full: let deliveries drain, then go on
                 self._producer.poll(0.5)
                 progress.beat()
-                if failing.failing():
-                    msg = f"dead-letter topic {self._topic}: stopped waiting for room in the queue"
-                    raise DeadLetterDeliveryError(msg) from None
+                waiting = waiting or self._backoff.start(self._clock)
+                self._check_budget(waiting, "the producer's queue stayed full")
             except KafkaException as e:
                 err = e.args[0]
                 if not isinstance(err, KafkaError) or err.code() not in _TOO_LARGE:
@@ -232,6 +244,7 @@ class DeadLetterProducer:
 
 @locked_cache
 def shared_producer(config: DeadLetterConfig) -> DeadLetterProducer:
-    """One producer per process and config. Sharing is safe: `send()` waits on `flush()`,
-    which returns only once every queued record, whoever produced it, is confirmed."""
+    """One producer per process and config. Sharing is safe: `send()` and `confirm()` wait
+    on `flush()`, which returns only once every queued record, whoever produced it, is
+    confirmed and its delivery report has run, on whichever thread served it."""
     return DeadLetterProducer(config)

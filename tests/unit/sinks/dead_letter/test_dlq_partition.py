@@ -1,0 +1,143 @@
+"""The dead-letter sink's partition produces as batches come and waits for Kafka in
+`snapshot()`, which returns only once every dead letter is confirmed (failed deliveries
+produced again, within one DLQ_RETRY_BUDGET_S), or stops the flow. Fault injection: a fake
+librdkafka producer that confirms only when flushed, failing the deliveries a test names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from sinks import dead_letter, failing, metrics
+from sinks.dead_letter import _DeadLetterPartition as Partition
+from sinks.errors import DeadLetterDeliveryError
+from sinks.model import DeadLetter, Record
+from tests.unit.sinks.dead_letter.test_dlq_producer import PRODUCER, FakeClock, dlq_producer
+
+
+class Broker:
+    """Queues produces; `flush()` delivers them, failing each delivery of a value in
+    `fail` as often as its count says (-1: always); `full` refuses produces locally."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.queued: list[tuple[bytes | None, Any]] = []
+        self.delivered: list[bytes | None] = []
+        self.flushes = 0
+        self.fail: dict[bytes, int] = {}
+        self.full = False
+
+    def produce(self, topic: str, value: bytes | None, key: Any, headers: Any,
+                on_delivery: Any) -> None:  # fmt: skip
+        if self.full:
+            raise BufferError("Local: Queue full")
+        self.queued.append((value, on_delivery))
+
+    def poll(self, timeout: float) -> int:
+        self.clock.now += timeout  # nothing delivered: the broker is slower than the worker
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        self.flushes += 1
+        queued, self.queued = self.queued, []
+        for value, on_delivery in queued:
+            left = self.fail.get(value or b"", 0)
+            if left:
+                self.fail[value or b""] = left - 1
+                on_delivery(KafkaError(KafkaError._MSG_TIMED_OUT), None)
+            else:
+                self.delivered.append(value)
+                on_delivery(None, None)
+        return 0
+
+
+@pytest.fixture(autouse=True)
+def _not_failing() -> Any:
+    failing.clear()
+    yield
+    failing.clear()
+
+
+@pytest.fixture
+def broker(monkeypatch: pytest.MonkeyPatch) -> tuple[Broker, Any]:
+    clock = FakeClock()
+    fake = Broker(clock)
+    monkeypatch.setattr(PRODUCER, lambda conf: fake)
+    env = {"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq", "DLQ_RETRY_BUDGET_S": "60"}
+    return fake, dlq_producer(env, clock)
+
+
+def _letters(*values: bytes) -> list[DeadLetter]:
+    return [
+        DeadLetter(Record("t", 0, i, None, b"k", v), "deserialize", "ValueError", "bad")
+        for i, v in enumerate(values)
+    ]
+
+
+def test_batches_do_not_wait_for_kafka_the_epoch_end_does(broker: tuple[Broker, Any]) -> None:
+    fake, producer = broker
+    part = Partition(producer)
+    counted = metrics.DEAD_LETTERS.labels("deserialize")._value.get()
+    fake.fail[b"b"] = 1
+    part.write_batch(_letters(b"a", b"b"))
+    part.write_batch(_letters(b"c"))
+    assert fake.flushes == 0 and fake.delivered == []
+    part.snapshot()
+    # b's first delivery failed: produced again and confirmed before snapshot() returned
+    assert sorted(fake.delivered) == [b"a", b"b", b"c"] and fake.queued == []
+    assert metrics.DEAD_LETTERS.labels("deserialize")._value.get() == counted + 3
+
+
+def test_a_failure_another_partition_flushed_is_produced_again_by_its_own(
+    broker: tuple[Broker, Any],
+) -> None:
+    """Partitions share the producer: B's snapshot serves A's delivery report; A's own
+    snapshot must still produce A's failed record again."""
+    fake, producer = broker
+    a, b = Partition(producer), Partition(producer)
+    fake.fail[b"x"] = 1
+    a.write_batch(_letters(b"x"))
+    b.write_batch(_letters(b"y"))
+    b.snapshot()
+    assert fake.delivered == [b"y"]
+    a.snapshot()
+    assert fake.delivered == [b"y", b"x"]
+
+
+def test_deliveries_failing_past_the_budget_stop_the_flow_within_one_budget(
+    broker: tuple[Broker, Any],
+) -> None:
+    fake, producer = broker
+    part = Partition(producer)
+    fake.fail[b"x"] = -1  # always
+    part.write_batch(_letters(b"x"))
+    with pytest.raises(DeadLetterDeliveryError, match="DLQ_RETRY_BUDGET_S=60"):
+        part.snapshot()
+    assert failing.failing()
+    assert fake.clock.now < 60 + 10  # one budget (and at most one backoff), not two
+
+
+def test_a_queue_that_stays_full_stops_the_flow_after_the_budget(
+    broker: tuple[Broker, Any],
+) -> None:
+    fake, producer = broker
+    fake.full = True
+    with pytest.raises(DeadLetterDeliveryError, match="queue stayed full"):
+        Partition(producer).write_batch(_letters(b"x"))
+    assert failing.failing() and 60 <= fake.clock.now <= 61
+
+
+def test_too_many_unconfirmed_letters_are_confirmed_before_the_epoch_ends(
+    broker: tuple[Broker, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake, producer = broker
+    monkeypatch.setattr(dead_letter, "UNCONFIRMED_LETTERS", 3)
+    part = Partition(producer)
+    part.write_batch(_letters(b"a", b"b"))
+    assert fake.flushes == 0
+    part.write_batch(_letters(b"c"))
+    assert fake.flushes == 1 and fake.delivered == [b"a", b"b", b"c"]
+    part.write_batch(_letters(b"d"))
+    assert fake.flushes == 1  # counted again from zero
