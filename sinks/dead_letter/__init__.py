@@ -78,8 +78,8 @@ class _DeadLetterPartition(StatefulSinkPartition[DeadLetter, None]):
 
     @progress.tracked
     def write_batch(self, items: list[DeadLetter]) -> None:
-        """Produce; confirm at once when UNCONFIRMED_LETTERS or _BYTES are unconfirmed
-        (memory: librdkafka and the delivery reports hold them until confirmed)."""
+        """Produce; confirm at once when this partition has UNCONFIRMED_LETTERS or _BYTES
+        unconfirmed (memory: librdkafka and the delivery reports hold them until then)."""
         self._bytes += self._producer.produce(items, self._failed)
         self._letters += len(items)
         if self._letters >= UNCONFIRMED_LETTERS or self._bytes >= UNCONFIRMED_BYTES:

@@ -73,7 +73,7 @@ class DeadLetterProducer:
             while pending:
                 failed: list[Failed] = []
                 for dl in pending:
-                    self._produce(dl, failed, oversized)
+                    self._produce(dl, failed, oversized, retries=retries)
                     if alone:  # refused alone: this record is larger than the topic accepts
                         self._confirm(retries)
                         if failed and failed[-1][0] is dl and failed[-1][1].code() in _TOO_LARGE:
@@ -100,18 +100,20 @@ class DeadLetterProducer:
             metrics.DEAD_LETTERS.labels(dl.stage).inc()
 
     def produce(self, letters: Sequence[DeadLetter], failed: list[Failed]) -> int:
-        """Produce `letters` without waiting for Kafka: the bytes queued. A delivery that
+        """Produce `letters` without waiting for Kafka: the bytes queued (keys, values and
+        headers). A delivery that
         fails lands in `failed` (whichever thread serves the delivery reports) for
         `confirm()`; only the caller's thread may produce into that list."""
         oversized: set[int] = set()
+        size = 0
         try:
             for dl in letters:
-                self._produce(dl, failed, oversized, count=True)
+                size += self._produce(dl, failed, oversized, count=True)
             self._producer.poll(0)  # serve the reports so far: they hold their records
         except BaseException:
             failing.mark()
             raise
-        return sum(len(dl.record.value or b"") + len(dl.record.key or b"") for dl in letters)
+        return size
 
     def confirm(self, failed: list[Failed]) -> None:
         """Wait until every record `produce()` queued is confirmed; produce the failed ones
@@ -174,10 +176,17 @@ class DeadLetterProducer:
             return None
 
     def _produce(
-        self, dl: DeadLetter, failed: list[Failed], oversized: set[int], count: bool = False
-    ) -> None:
-        """Queue `dl`; with `count`, its delivery counts it in the metrics (`send()` counts
-        its letters once all are confirmed)."""
+        self,
+        dl: DeadLetter,
+        failed: list[Failed],
+        oversized: set[int],
+        count: bool = False,
+        retries: Retries | None = None,
+    ) -> int:
+        """Queue `dl`: the bytes of its key, value and headers. With `count`, its delivery
+        counts it in the metrics (`send()` counts its letters once all are confirmed). A
+        full local queue is waited out within `retries` (the caller's budget), or a budget
+        of its own."""
 
         def on_delivery(err: KafkaError | None, _msg: object) -> None:
             if err is not None:
@@ -198,13 +207,14 @@ class DeadLetterProducer:
                 f"dead-letter topic accepts; read it from {rec.where}"
             )
             headers.append((VALUE_OMITTED_HEADER, note.encode()))
-        waiting: Retries | None = None
+        waiting = retries
         while True:
             try:
                 self._producer.produce(
                     self._topic, value=value, key=rec.key, headers=headers, on_delivery=on_delivery
                 )
-                return
+                size = len(value or b"") + len(rec.key or b"")
+                return size + sum(len(k) + len(v or b"") for k, v in headers)
             except BufferError:  # local queue full: let deliveries drain, then go on
                 self._producer.poll(0.5)
                 progress.beat()
@@ -221,8 +231,7 @@ class DeadLetterProducer:
                     self._topic, rec.topic, rec.offset, err.str(),
                 )  # fmt: skip
                 oversized.add(id(dl))
-                self._produce(dl, failed, oversized, count)
-                return
+                return self._produce(dl, failed, oversized, count, waiting)
 
     def _check_budget(self, retries: Retries, why: str) -> None:
         if retries.over_budget():

@@ -28,19 +28,30 @@ class Broker:
         self.flushes = 0
         self.fail: dict[bytes, int] = {}
         self.full = False
+        self.full_after_flushes: int | None = None  # the queue fills after that many
+        self.flush_s = 0.0  # each flush takes this long
+        self.unfinished_flushes = 0  # that many flushes time out with records left
+        self.polls = 0
 
     def produce(self, topic: str, value: bytes | None, key: Any, headers: Any,
                 on_delivery: Any) -> None:  # fmt: skip
-        if self.full:
+        after = self.full_after_flushes
+        if self.full or (after is not None and self.flushes >= after):
             raise BufferError("Local: Queue full")
         self.queued.append((value, on_delivery))
 
     def poll(self, timeout: float) -> int:
+        self.polls += 1
+        assert self.polls < 10_000, "waited on a full queue without end"
         self.clock.now += timeout  # nothing delivered: the broker is slower than the worker
         return 0
 
     def flush(self, timeout: float) -> int:
         self.flushes += 1
+        self.clock.now += self.flush_s
+        if self.unfinished_flushes:
+            self.unfinished_flushes -= 1
+            return len(self.queued) or 1
         queued, self.queued = self.queued, []
         for value, on_delivery in queued:
             left = self.fail.get(value or b"", 0)
@@ -106,9 +117,7 @@ def test_a_failure_another_partition_flushed_is_produced_again_by_its_own(
     assert fake.delivered == [b"y", b"x"]
 
 
-def test_deliveries_failing_past_the_budget_stop_the_flow_within_one_budget(
-    broker: tuple[Broker, Any],
-) -> None:
+def test_deliveries_failing_past_the_budget_stop_the_flow(broker: tuple[Broker, Any]) -> None:
     fake, producer = broker
     part = Partition(producer)
     fake.fail[b"x"] = -1  # always
@@ -116,7 +125,29 @@ def test_deliveries_failing_past_the_budget_stop_the_flow_within_one_budget(
     with pytest.raises(DeadLetterDeliveryError, match="DLQ_RETRY_BUDGET_S=60"):
         part.snapshot()
     assert failing.failing()
-    assert fake.clock.now < 60 + 10  # one budget (and at most one backoff), not two
+
+
+def test_a_confirmation_and_its_resends_share_one_budget(broker: tuple[Broker, Any]) -> None:
+    """58 s of slow flushes, then the failed delivery's re-send finds the queue full: the
+    flow stops when DLQ_RETRY_BUDGET_S (60) is spent in all, not after a second budget."""
+    fake, producer = broker
+    part = Partition(producer)
+    fake.fail[b"x"] = 1
+    part.write_batch(_letters(b"x"))
+    fake.flush_s, fake.unfinished_flushes, fake.full_after_flushes = 29.0, 1, 2
+    with pytest.raises(DeadLetterDeliveryError, match="DLQ_RETRY_BUDGET_S=60"):
+        part.snapshot()
+    assert 60 <= fake.clock.now <= 61
+
+
+def test_an_epoch_without_dead_letters_confirms_nothing_more(broker: tuple[Broker, Any]) -> None:
+    fake, producer = broker
+    part = Partition(producer)
+    part.snapshot()
+    part.write_batch(_letters(b"a"))
+    part.snapshot()
+    part.snapshot()
+    assert fake.delivered == [b"a"] and fake.queued == []
 
 
 def test_a_queue_that_stays_full_stops_the_flow_after_the_budget(
@@ -141,3 +172,14 @@ def test_too_many_unconfirmed_letters_are_confirmed_before_the_epoch_ends(
     assert fake.flushes == 1 and fake.delivered == [b"a", b"b", b"c"]
     part.write_batch(_letters(b"d"))
     assert fake.flushes == 1  # counted again from zero
+
+
+def test_unconfirmed_bytes_count_the_headers(
+    broker: tuple[Broker, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error headers (message, class, where) weigh more than these tiny records."""
+    fake, producer = broker
+    monkeypatch.setattr(dead_letter, "UNCONFIRMED_BYTES", 300)
+    part = Partition(producer)
+    part.write_batch(_letters(b"a", b"b"))  # 6 bytes of keys and values
+    assert fake.flushes == 1 and fake.delivered == [b"a", b"b"]
