@@ -160,26 +160,29 @@ def test_a_queue_that_stays_full_stops_the_flow_after_the_budget(
     assert failing.failing() and 60 <= fake.clock.now <= 61
 
 
-def test_too_many_unconfirmed_letters_are_confirmed_before_the_epoch_ends(
-    broker: tuple[Broker, Any], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("limit", "value", "first_flushes"),
+    [
+        ("UNCONFIRMED_LETTERS", 3, 0),
+        ("UNCONFIRMED_BYTES", 300, 1),  # the error headers weigh more than these records
+    ],
+)
+def test_unconfirmed_letters_past_a_limit_are_confirmed_before_the_epoch_ends(
+    broker: tuple[Broker, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    limit: str,
+    value: int,
+    first_flushes: int,
 ) -> None:
     fake, producer = broker
-    monkeypatch.setattr(dead_letter, "UNCONFIRMED_LETTERS", 3)
+    monkeypatch.setattr(dead_letter, limit, value)
     part = Partition(producer)
-    part.write_batch(_letters(b"a", b"b"))
-    assert fake.flushes == 0
+    part.write_batch(_letters(b"a", b"b"))  # 6 bytes of keys and values, 2 letters
+    assert fake.flushes == first_flushes
+    if limit == "UNCONFIRMED_BYTES":
+        assert fake.delivered == [b"a", b"b"]
+        return
     part.write_batch(_letters(b"c"))
     assert fake.flushes == 1 and fake.delivered == [b"a", b"b", b"c"]
     part.write_batch(_letters(b"d"))
     assert fake.flushes == 1  # counted again from zero
-
-
-def test_unconfirmed_bytes_count_the_headers(
-    broker: tuple[Broker, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The error headers (message, class, where) weigh more than these tiny records."""
-    fake, producer = broker
-    monkeypatch.setattr(dead_letter, "UNCONFIRMED_BYTES", 300)
-    part = Partition(producer)
-    part.write_batch(_letters(b"a", b"b"))  # 6 bytes of keys and values
-    assert fake.flushes == 1 and fake.delivered == [b"a", b"b"]
