@@ -202,10 +202,9 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
         step = max(1, round(rate / LAT_SAMPLES_PER_S))
         unseen = {lat_key_for(s): s for s in range(first_seq, window_end, step)}
         latencies: list[float] = []
-        seq_nos: list[tuple[int, float]] = []  # (_seq_no, lat_ts) of each sample
+        found: list[tuple[int, int, float]] = []  # (record, _seq_no, lat_ts) of each sample
         refreshes: list[float] = []
         by_seq: list[tuple[int, float]] = []
-        seqs: list[int] = []  # the record of each entry of seq_nos
         watch = IndexedWatch(svc, index)
         watch.start()
         # Stragglers: wait `drain` s after the last record was due, and longer while
@@ -246,9 +245,8 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
                     if seq is not None:
                         ts = hit["fields"]["lat_ts"][0]
                         latencies.append(t_vis_ms - ts)
-                        seq_nos.append((hit["_seq_no"], ts))
+                        found.append((seq, hit["_seq_no"], ts))
                         by_seq.append((seq, latencies[-1]))
-                        seqs.append(seq)
             if len(cpu_marks) < 2 and time.time() >= window[len(cpu_marks)]:
                 cpu_marks.append(live_cpu(procs))
                 server_marks.append(server_cpu(ctx))
@@ -263,25 +261,20 @@ def run_latency(ctx: Ctx, system: str, rate: float, row: Row) -> None:
             raise RuntimeError("no sampled document became searchable")
         watch.stop.set()
         watch.join()
-        ix_by_seq = [
-            (q, t - ts)
-            for q, (n, ts) in zip(seqs, seq_nos, strict=True)
-            if (t := watch.indexed_ms(n)) is not None
-        ]
+        ix_by_seq = [(q, t - ts) for q, n, ts in found if (t := watch.indexed_ms(n)) is not None]
         indexed = [v for _, v in ix_by_seq]
         if poll_s:
             row.p50_ms = percentile(latencies, 0.50)
             row.p99_ms = percentile(latencies, 0.99)
+            row.extra["refresh_p99_ms"] = percentile(refreshes, 0.99)
         else:  # looked for only once the records stopped: no searchable latency
             by_seq = ix_by_seq
-        row.extra["ix_unmapped"] = len(seq_nos) - len(indexed)
+        row.extra["ix_unmapped"] = len(found) - len(indexed)
         if watch.failed:
             log(f"latency: {system}: {watch.failed} index_total looks failed (ix_ figures)")
         if indexed:
             row.extra["ix_p50_ms"] = percentile(indexed, 0.50)
             row.extra["ix_p99_ms"] = percentile(indexed, 0.99)
-        if poll_s:
-            row.extra["refresh_p99_ms"] = percentile(refreshes, 0.99)
         row.extra["lat_poll_ms"] = args.lat_poll_ms
         row.extra["latency_rate"] = rate
         # Saturated: the median latency of the window's second half is more than twice
