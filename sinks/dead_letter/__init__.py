@@ -87,9 +87,11 @@ class _DeadLetterPartition(StatefulSinkPartition[DeadLetter, None]):
 
     @progress.tracked
     def snapshot(self) -> None:
-        """Every dead letter written so far is confirmed before the epoch closes."""
-        self._producer.confirm(self._failed)
-        self._letters = self._bytes = 0
+        """Every dead letter written so far is confirmed before the epoch closes (none
+        since the last confirmation: nothing to wait for, and no failure to take)."""
+        if self._letters:
+            self._producer.confirm(self._failed)
+            self._letters = self._bytes = 0
 
     def close(self) -> None:
         """Send nothing and wait for nothing: what is unconfirmed was never committed (see

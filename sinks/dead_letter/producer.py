@@ -101,9 +101,8 @@ class DeadLetterProducer:
 
     def produce(self, letters: Sequence[DeadLetter], failed: list[Failed]) -> int:
         """Produce `letters` without waiting for Kafka: the bytes queued (keys, values and
-        headers). A delivery that
-        fails lands in `failed` (whichever thread serves the delivery reports) for
-        `confirm()`; only the caller's thread may produce into that list."""
+        headers). A delivery that fails lands in `failed` (whichever thread serves the
+        delivery reports) for `confirm()`; only the caller's thread may produce into it."""
         oversized: set[int] = set()
         size = 0
         try:

@@ -148,6 +148,7 @@ def test_an_epoch_without_dead_letters_confirms_nothing_more(broker: tuple[Broke
     part.snapshot()
     part.snapshot()
     assert fake.delivered == [b"a"] and fake.queued == []
+    assert fake.flushes == 1  # the snapshots with nothing unconfirmed waited for nothing
 
 
 def test_a_queue_that_stays_full_stops_the_flow_after_the_budget(
