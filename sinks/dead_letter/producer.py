@@ -49,16 +49,18 @@ class DeadLetterProducer:
         self._clock = clock
         self._secrets = config.secrets
         self._admin_conf = dict(config.kafka)  # to read the topic's limit in an error
-        self._producer = Producer({**_PRODUCER_DEFAULTS, **config.kafka, **_PRODUCER_OVERRIDES})
+        self._conf = {**_PRODUCER_DEFAULTS, **config.kafka, **_PRODUCER_OVERRIDES}
+        self._producer = Producer(self._conf)
 
     def send(self, letters: Sequence[DeadLetter]) -> None:
         """Produce `letters` and block until all are confirmed (retrying failed ones).
 
         Transient broker errors are retried with backoff, holding back the commit, forever
         or for DLQ_RETRY_BUDGET_S. A record the topic refuses as too large
-        (`max.message.bytes`) is produced again alone (it may only have shared a batch
-        with others); refused alone, it stops the flow (DeadLetterDeliveryError naming
-        DLQ_TOPIC, the record and the limit). A record too large for any producer (over
+        (`max.message.bytes`) is produced again alone, by a producer of its own (it may
+        only have shared a batch with others, this thread's or another's); refused alone,
+        it stops the flow (DeadLetterDeliveryError naming DLQ_TOPIC, the record and the
+        limit). A record too large for any producer (over
         librdkafka's 1 GB message.max.bytes) is sent without its value, with a header
         naming where the original is: never dropped, never a crash loop.
         """
@@ -68,23 +70,24 @@ class DeadLetterProducer:
         """`send()` within the budget `retries` already counts."""
         pending = list(letters)
         oversized: set[int] = set()
-        alone = False  # after a size refusal: one record per request, to find the culprit
+        # After a size refusal: one record per request, to find the culprit, through a
+        # producer no other thread shares (in the shared one another thread's letter may
+        # share the broker's batch, and its refusal would name the wrong record).
+        alone: Producer | None = None
         try:
             while pending:
                 failed: list[Failed] = []
                 for dl in pending:
-                    self._produce(dl, failed, oversized, retries=retries)
-                    if alone:  # refused alone: this record is larger than the topic accepts
-                        self._confirm(retries)
+                    self._produce(dl, failed, oversized, retries=retries, producer=alone)
+                    if alone is not None:  # refused alone: larger than the topic accepts
+                        self._confirm(retries, alone)
                         if failed and failed[-1][0] is dl and failed[-1][1].code() in _TOO_LARGE:
                             raise self._refused_as_too_large(dl, oversized)
-                self._confirm(retries)
+                self._confirm(retries, alone)
                 if not failed:
                     break
-                too_large = [dl for dl, err in failed if err.code() in _TOO_LARGE]
-                if too_large and len(pending) == 1:
-                    raise self._refused_as_too_large(too_large[0], oversized)
-                alone = alone or bool(too_large)
+                if alone is None and any(err.code() in _TOO_LARGE for _, err in failed):
+                    alone = Producer({**self._conf, "linger.ms": 0})
                 pending = [dl for dl, _ in failed]
                 self._check_budget(retries, f"delivery failed: {failed[0][1]}")
                 delay = retries.next_delay()
@@ -96,6 +99,9 @@ class DeadLetterProducer:
         except BaseException:  # any error here stops the flow
             failing.mark()
             raise
+        finally:
+            if alone is not None:
+                alone.close()  # flushed: empty, or the flow stops
         for dl in letters:
             metrics.DEAD_LETTERS.labels(dl.stage).inc()
 
@@ -137,15 +143,17 @@ class DeadLetterProducer:
             )  # fmt: skip
             self._send(letters, retries)
 
-    def _confirm(self, retries: Retries) -> None:
-        """Wait until librdkafka has reported every queued delivery."""
-        remaining = self._producer.flush(30)
+    def _confirm(self, retries: Retries, producer: Producer | None = None) -> None:
+        """Wait until librdkafka has reported every delivery queued in `producer` (None:
+        the shared one)."""
+        producer = producer or self._producer
+        remaining = producer.flush(30)
         if remaining:
             logger.warning(
                 "dead-letter topic %s: %d deliveries unconfirmed", self._topic, remaining
             )
             # Unconfirmed messages are still queued in librdkafka; wait on them.
-            while self._producer.flush(30):
+            while producer.flush(30):
                 progress.beat()
                 self._check_budget(retries, "deliveries stay unconfirmed")
 
@@ -181,11 +189,13 @@ class DeadLetterProducer:
         oversized: set[int],
         count: bool = False,
         retries: Retries | None = None,
+        producer: Producer | None = None,
     ) -> int:
-        """Queue `dl`: the bytes of its key, value and headers. With `count`, its delivery
-        counts it in the metrics (`send()` counts its letters once all are confirmed). A
-        full local queue is waited out within `retries` (the caller's budget), or a budget
-        of its own."""
+        """Queue `dl` in `producer` (None: the shared one): the bytes of its key, value and
+        headers. With `count`, its delivery counts it in the metrics (`send()` counts its
+        letters once all are confirmed). A full local queue is waited out within `retries`
+        (the caller's budget), or a budget of its own."""
+        target = producer or self._producer
 
         def on_delivery(err: KafkaError | None, _msg: object) -> None:
             if err is not None:
@@ -209,13 +219,13 @@ class DeadLetterProducer:
         waiting = retries
         while True:
             try:
-                self._producer.produce(
+                target.produce(
                     self._topic, value=value, key=rec.key, headers=headers, on_delivery=on_delivery
                 )
                 size = len(value or b"") + len(rec.key or b"")
                 return size + sum(len(k) + len(v or b"") for k, v in headers)
             except BufferError:  # local queue full: let deliveries drain, then go on
-                self._producer.poll(0.5)
+                target.poll(0.5)
                 progress.beat()
                 waiting = waiting or self._backoff.start(self._clock)
                 self._check_budget(waiting, "the producer's queue stayed full")
@@ -230,7 +240,7 @@ class DeadLetterProducer:
                     self._topic, rec.topic, rec.offset, err.str(),
                 )  # fmt: skip
                 oversized.add(id(dl))
-                return self._produce(dl, failed, oversized, count, waiting)
+                return self._produce(dl, failed, oversized, count, waiting, producer)
 
     def _check_budget(self, retries: Retries, why: str) -> None:
         if retries.over_budget():
