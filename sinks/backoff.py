@@ -110,15 +110,20 @@ class Retries:
         """Wait `seconds`; with `where` (a short, fixed name of the loop: `bulk`,
         `dead-letter`, `commit`, ...) the loop is listed by `under_way()` while it lives."""
         if where:
-            key = id(self)
-            entry = _UNDER_WAY.get(key)
-            if entry is None:
-                _UNDER_WAY[key] = UnderWay(where, reason, time.time(), self.count)
-                weakref.finalize(self, _UNDER_WAY.pop, key, None)
-            else:
-                _UNDER_WAY[key] = replace(entry, reason=reason, attempts=self.count)
-            progress.beat()
+            self.waiting(where, reason)
         self.clock.sleep(seconds)
+
+    def waiting(self, where: str, reason: str) -> None:
+        """List the loop in `under_way()` while it lives, as `sleep` does, for a loop that
+        waits some other way (polling a full producer queue)."""
+        key = id(self)
+        entry = _UNDER_WAY.get(key)
+        if entry is None:
+            _UNDER_WAY[key] = UnderWay(where, reason, time.time(), self.count)
+            weakref.finalize(self, _UNDER_WAY.pop, key, None)
+        else:
+            _UNDER_WAY[key] = replace(entry, reason=reason, attempts=self.count)
+        progress.beat()
 
 
 @dataclass(frozen=True, slots=True)

@@ -225,9 +225,9 @@ class DeadLetterProducer:
                 size = len(value or b"") + len(rec.key or b"")
                 return size + sum(len(k) + len(v or b"") for k, v in headers)
             except BufferError:  # local queue full: let deliveries drain, then go on
-                target.poll(0.5)
-                progress.beat()
                 waiting = waiting or self._backoff.start(self._clock)
+                waiting.waiting("dead-letter", "the producer's queue is full")
+                target.poll(0.5)
                 self._check_budget(waiting, "the producer's queue stayed full")
             except KafkaException as e:
                 err = e.args[0]

@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from sinks import dead_letter, failing, metrics
+from sinks.backoff import under_way
 from sinks.dead_letter import _DeadLetterPartition as Partition
 from sinks.errors import DeadLetterDeliveryError
 from sinks.model import DeadLetter, Record
@@ -159,6 +160,29 @@ def test_a_queue_that_stays_full_stops_the_flow_after_the_budget(
     with pytest.raises(DeadLetterDeliveryError, match="queue stayed full"):
         Partition(producer).write_batch(_letters(b"x"))
     assert failing.failing() and 60 <= fake.clock.now <= 61
+
+
+def test_a_wait_on_a_full_queue_is_listed_as_a_retry_under_way(
+    broker: tuple[Broker, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status API lists what the process is retrying: a wait on a full producer queue
+    holds the epoch as a broker's failed deliveries do."""
+    fake, producer = broker
+    fake.full = True
+    seen: list[tuple[str, str]] = []
+    poll = fake.poll
+
+    def watched(timeout: float) -> int:
+        seen.extend((u.where, u.reason) for u in under_way())
+        fake.full = fake.polls < 2
+        return poll(timeout)
+
+    monkeypatch.setattr(fake, "poll", watched)
+    Partition(producer).write_batch(_letters(b"x"))
+    assert ("dead-letter", "the producer's queue is full") in seen
+    assert ("dead-letter", "the producer's queue is full") not in [
+        (u.where, u.reason) for u in under_way()
+    ]  # the wait ended
 
 
 @pytest.mark.parametrize(
