@@ -98,10 +98,12 @@ class DeadLetterProducer:
                 retries.sleep(delay, "dead-letter", f"delivery failed: {failed[0][1]}")
         except BaseException:  # any error here stops the flow
             failing.mark()
+            if alone is not None:
+                alone.purge()  # never waited for: close() would flush it, unbounded
             raise
         finally:
             if alone is not None:
-                alone.close()  # flushed: empty, or the flow stops
+                alone.close()
         for dl in letters:
             metrics.DEAD_LETTERS.labels(dl.stage).inc()
 

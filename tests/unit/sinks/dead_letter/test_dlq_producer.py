@@ -48,6 +48,7 @@ class FakeProducer:
         self.limit, self.local = limit, local
         self.sent: list[dict[str, Any]] = []
         self.reports: list[tuple[Any, KafkaError | None]] = []
+        self.purged = False
 
     def produce(self, topic: str, value: bytes | None, key: bytes | None, headers: Any,
                 on_delivery: Any) -> None:  # fmt: skip
@@ -70,6 +71,10 @@ class FakeProducer:
 
     def close(self) -> bool:
         return True
+
+    def purge(self) -> None:
+        self.purged = True
+        self.reports.clear()
 
 
 def _producer(monkeypatch, fake: list[FakeProducer], local: bool) -> DeadLetterProducer:
@@ -154,6 +159,7 @@ def test_a_record_the_topic_refuses_as_too_large_stops_the_flow_naming_the_limit
     assert "nothing past this record is committed" in msg
     assert [len(f.requests) for f in fake] == [1, 1]  # once more alone, then not retried
     assert fake[0].sent == fake[1].sent == []
+    assert fake[1].purged  # the flow stops: its own producer holds nothing to wait for
     assert failing.failing()  # close() of every sink partition now sends nothing
 
 
