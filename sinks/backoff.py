@@ -15,6 +15,7 @@ process is retrying and why (the status API).
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 import weakref
@@ -110,20 +111,15 @@ class Retries:
         """Wait `seconds`; with `where` (a short, fixed name of the loop: `bulk`,
         `dead-letter`, `commit`, ...) the loop is listed by `under_way()` while it lives."""
         if where:
-            self.waiting(where, reason)
+            key = id(self)
+            entry = _UNDER_WAY.get(key)
+            if entry is None:
+                _UNDER_WAY[key] = UnderWay(where, reason, time.time(), self.count)
+                weakref.finalize(self, _UNDER_WAY.pop, key, None)
+            else:
+                _UNDER_WAY[key] = replace(entry, reason=reason, attempts=self.count)
+            progress.beat()
         self.clock.sleep(seconds)
-
-    def waiting(self, where: str, reason: str) -> None:
-        """List the loop in `under_way()` while it lives, as `sleep` does, for a loop that
-        waits some other way (polling a full producer queue)."""
-        key = id(self)
-        entry = _UNDER_WAY.get(key)
-        if entry is None:
-            _UNDER_WAY[key] = UnderWay(where, reason, time.time(), self.count)
-            weakref.finalize(self, _UNDER_WAY.pop, key, None)
-        else:
-            _UNDER_WAY[key] = replace(entry, reason=reason, attempts=self.count)
-        progress.beat()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +134,23 @@ class UnderWay:
 
 
 _UNDER_WAY: dict[int, UnderWay] = {}
+
+
+_WAIT_KEYS = itertools.count(-1, -1)  # below every id(): never a Retries' key
+
+
+def list_wait(where: str, reason: str) -> int:
+    """List a wait that is no retry loop's sleep (a full producer queue) in `under_way()`
+    until `end_wait` of the key this returns."""
+    key = next(_WAIT_KEYS)
+    _UNDER_WAY[key] = UnderWay(where, reason, time.time(), 0)
+    progress.beat()
+    return key
+
+
+def end_wait(key: int) -> None:
+    """The wait `list_wait` listed is over."""
+    _UNDER_WAY.pop(key, None)
 
 
 def under_way() -> list[UnderWay]:

@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from sinks import failing, metrics, progress
-from sinks.backoff import SYSTEM_CLOCK, Backoff, Clock, Retries
+from sinks.backoff import SYSTEM_CLOCK, Backoff, Clock, Retries, end_wait, list_wait
 from sinks.dead_letter.config import DeadLetterConfig
 from sinks.dead_letter.headers import VALUE_OMITTED_HEADER, error_headers
 from sinks.errors import DeadLetterDeliveryError
@@ -86,9 +86,11 @@ class DeadLetterProducer:
                 self._confirm(retries, alone)
                 if not failed:
                     break
+                pending = [dl for dl, _ in failed]
                 if alone is None and any(err.code() in _TOO_LARGE for _, err in failed):
                     alone = Producer({**self._conf, "linger.ms": 0})
-                pending = [dl for dl, _ in failed]
+                    if all(err.code() in _TOO_LARGE for _, err in failed):
+                        continue  # not transient: alone at once, named even past the budget
                 self._check_budget(retries, f"delivery failed: {failed[0][1]}")
                 delay = retries.next_delay()
                 logger.warning(
@@ -219,30 +221,41 @@ class DeadLetterProducer:
             )
             headers.append((VALUE_OMITTED_HEADER, note.encode()))
         waiting = retries
-        while True:
-            try:
-                target.produce(
-                    self._topic, value=value, key=rec.key, headers=headers, on_delivery=on_delivery
-                )
-                size = len(value or b"") + len(rec.key or b"")
-                return size + sum(len(k) + len(v or b"") for k, v in headers)
-            except BufferError:  # local queue full: let deliveries drain, then go on
-                waiting = waiting or self._backoff.start(self._clock)
-                waiting.waiting("dead-letter", "the producer's queue is full")
-                target.poll(0.5)
-                self._check_budget(waiting, "the producer's queue stayed full")
-            except KafkaException as e:
-                err = e.args[0]
-                if not isinstance(err, KafkaError) or err.code() not in _TOO_LARGE:
-                    raise
-                if id(dl) in oversized:  # too large even without its value
-                    raise
-                logger.warning(
-                    "dead-letter topic %s: %s@%d is too large (%s); sending it without its value",
-                    self._topic, rec.topic, rec.offset, err.str(),
-                )  # fmt: skip
-                oversized.add(id(dl))
-                return self._produce(dl, failed, oversized, count, waiting, producer)
+        queue_full: int | None = None  # its `under_way()` entry while the queue is full
+        try:
+            while True:
+                try:
+                    target.produce(
+                        self._topic,
+                        value=value,
+                        key=rec.key,
+                        headers=headers,
+                        on_delivery=on_delivery,
+                    )
+                    size = len(value or b"") + len(rec.key or b"")
+                    return size + sum(len(k) + len(v or b"") for k, v in headers)
+                except BufferError:  # local queue full: let deliveries drain, then go on
+                    waiting = waiting or self._backoff.start(self._clock)
+                    if queue_full is None:
+                        queue_full = list_wait("dead-letter", "the producer's queue is full")
+                    target.poll(0.5)
+                    self._check_budget(waiting, "the producer's queue stayed full")
+                except KafkaException as e:
+                    err = e.args[0]
+                    if not isinstance(err, KafkaError) or err.code() not in _TOO_LARGE:
+                        raise
+                    if id(dl) in oversized:  # too large even without its value
+                        raise
+                    logger.warning(
+                        "dead-letter topic %s: %s@%d is too large (%s); sending it without "
+                        "its value",
+                        self._topic, rec.topic, rec.offset, err.str(),
+                    )  # fmt: skip
+                    oversized.add(id(dl))
+                    return self._produce(dl, failed, oversized, count, waiting, producer)
+        finally:
+            if queue_full is not None:
+                end_wait(queue_full)
 
     def _check_budget(self, retries: Retries, why: str) -> None:
         if retries.over_budget():

@@ -162,27 +162,41 @@ def test_a_queue_that_stays_full_stops_the_flow_after_the_budget(
     assert failing.failing() and 60 <= fake.clock.now <= 61
 
 
-def test_a_wait_on_a_full_queue_is_listed_as_a_retry_under_way(
-    broker: tuple[Broker, Any], monkeypatch: pytest.MonkeyPatch
+QUEUE_FULL = ("dead-letter", "the producer's queue is full")
+
+
+@pytest.mark.parametrize("path", ["produce", "send"])
+def test_a_wait_on_a_full_queue_is_listed_as_a_retry_under_way_while_it_lasts(
+    broker: tuple[Broker, Any], monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     """The status API lists what the process is retrying: a wait on a full producer queue
-    holds the epoch as a broker's failed deliveries do."""
+    holds the epoch as a broker's failed deliveries do. Once the record is queued the
+    entry goes, also while the same `send()` then waits for its confirmation."""
     fake, producer = broker
     fake.full = True
-    seen: list[tuple[str, str]] = []
-    poll = fake.poll
+    polled: list[tuple[str, str]] = []
+    flushed: list[tuple[str, str]] = []
+    poll, flush = fake.poll, fake.flush
 
-    def watched(timeout: float) -> int:
-        seen.extend((u.where, u.reason) for u in under_way())
+    def watched_poll(timeout: float) -> int:
+        polled.extend((u.where, u.reason) for u in under_way())
         fake.full = fake.polls < 2
         return poll(timeout)
 
-    monkeypatch.setattr(fake, "poll", watched)
-    Partition(producer).write_batch(_letters(b"x"))
-    assert ("dead-letter", "the producer's queue is full") in seen
-    assert ("dead-letter", "the producer's queue is full") not in [
-        (u.where, u.reason) for u in under_way()
-    ]  # the wait ended
+    def watched_flush(timeout: float) -> int:
+        flushed.extend((u.where, u.reason) for u in under_way())
+        return flush(timeout)
+
+    monkeypatch.setattr(fake, "poll", watched_poll)
+    monkeypatch.setattr(fake, "flush", watched_flush)
+    if path == "produce":
+        Partition(producer).write_batch(_letters(b"x"))
+    else:
+        producer.send(_letters(b"x"))
+        assert fake.flushes
+    assert QUEUE_FULL in polled
+    assert QUEUE_FULL not in flushed
+    assert QUEUE_FULL not in [(u.where, u.reason) for u in under_way()]
 
 
 @pytest.mark.parametrize(

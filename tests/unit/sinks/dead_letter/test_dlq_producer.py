@@ -159,7 +159,6 @@ def test_a_record_the_topic_refuses_as_too_large_stops_the_flow_naming_the_limit
     assert "nothing past this record is committed" in msg
     assert [len(f.requests) for f in fake] == [1, 1]  # once more alone, then not retried
     assert fake[0].sent == fake[1].sent == []
-    assert fake[1].purged  # the flow stops: its own producer holds nothing to wait for
     assert failing.failing()  # close() of every sink partition now sends nothing
 
 
@@ -179,6 +178,61 @@ def test_the_culprit_of_a_refused_batch_stops_the_flow(monkeypatch):
     with pytest.raises(DeadLetterDeliveryError, match="t/2@2 "):
         producer.send([_letter(1, 60), _letter(2, 500), _letter(3, 60)])
     assert [m["value"] for m in fake[1].sent] == [b"v" * 60]  # the one before it
+
+
+def test_a_letter_refused_as_too_large_is_named_even_once_the_budget_is_spent(monkeypatch):
+    """A size refusal is not transient: the letter goes alone at once, and its error names
+    it and the limit, not DLQ_RETRY_BUDGET_S, however long the first flush took."""
+    clock = FakeClock()
+    fake: list[FakeProducer] = []
+
+    class SlowBroker(BatchLimitProducer):
+        def flush(self, timeout: float) -> int:
+            clock.now += 20
+            return super().flush(timeout)
+
+    monkeypatch.setattr(PRODUCER, lambda conf: fake.append(SlowBroker(conf)) or fake[-1])
+    monkeypatch.setattr(DeadLetterProducer, "_topic_limit", lambda self: "100", raising=False)
+    env = {"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq", "DLQ_RETRY_BUDGET_S": "15"}
+    with pytest.raises(DeadLetterDeliveryError, match=r"refused the dead letter of t/2@1 \("):
+        dlq_producer(env, clock).send([_letter(1, 500)])
+
+
+class StuckBroker(BatchLimitProducer):
+    """Confirms nothing (each flush takes 10 s and leaves every record queued); close()
+    flushes what is queued first, as librdkafka's does, so it must find nothing."""
+
+    def __init__(self, conf: dict[str, Any], clock: FakeClock) -> None:
+        super().__init__(conf)
+        self.clock = clock
+
+    def flush(self, timeout: float) -> int:
+        self.clock.now += 10
+        return len(self.queued)
+
+    def purge(self) -> None:
+        super().purge()
+        self.queued.clear()
+
+    def close(self) -> bool:
+        assert not self.queued, "close() would wait on records never to be confirmed"
+        return True
+
+
+def test_the_lone_producer_is_purged_before_it_is_closed_when_the_flow_stops(monkeypatch):
+    clock = FakeClock()
+    fake: list[FakeProducer] = []
+
+    def make(conf: dict[str, Any]) -> FakeProducer:
+        fake.append(BatchLimitProducer(conf) if not fake else StuckBroker(conf, clock))
+        return fake[-1]
+
+    monkeypatch.setattr(PRODUCER, make)
+    monkeypatch.setattr(DeadLetterProducer, "_topic_limit", lambda self: "100", raising=False)
+    env = {"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq", "DLQ_RETRY_BUDGET_S": "15"}
+    with pytest.raises(DeadLetterDeliveryError, match="deliveries stay unconfirmed"):
+        dlq_producer(env, clock).send([_letter(1, 60), _letter(2, 60)])
+    assert fake[1].purged
 
 
 def test_a_letter_refused_only_with_another_threads_is_not_named_the_culprit(monkeypatch):
