@@ -113,7 +113,7 @@ class BulkSettings(Group):
     bulk_max_actions: int = setting("BULK_MAX_ACTIONS", 5000, "actions per `_bulk`", ge=1)
     bulk_max_bytes: int = setting("BULK_MAX_BYTES", 8 * MIB, "bytes per `_bulk`", ge=1024)
     bulk_linger_ms: int = setting(
-        "BULK_LINGER_MS", 200, "send a partition's buffer once its oldest action is this old", ge=0
+        "BULK_LINGER_MS", 50, "send a partition's buffer once its oldest action is this old", ge=0
     )
     es_max_in_flight: int = setting(
         "ES_MAX_IN_FLIGHT",

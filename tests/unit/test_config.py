@@ -83,7 +83,7 @@ def test_defaults_explicitly() -> None:
     assert s.es_verify_certs is True
     assert s.bulk_max_actions == 5000
     assert s.bulk_max_bytes == 8 * 1024 * 1024
-    assert s.bulk_linger_ms == 200
+    assert s.bulk_linger_ms == 50
     assert s.es_retry_initial_ms == 100
     assert s.es_retry_max_ms == 10_000
     assert s.es_retry_budget_s == 0.0
