@@ -90,6 +90,7 @@ class DeadLetterProducer:
                 if alone is None and any(err.code() in _TOO_LARGE for _, err in failed):
                     alone = Producer({**self._conf, "linger.ms": 0})
                     if all(err.code() in _TOO_LARGE for _, err in failed):
+                        self._check_stopping(f"delivery failed: {failed[0][1]}")
                         continue  # not transient: alone at once, named even past the budget
                 self._check_budget(retries, f"delivery failed: {failed[0][1]}")
                 delay = retries.next_delay()
@@ -239,6 +240,7 @@ class DeadLetterProducer:
                     if queue_full is None:
                         queue_full = list_wait("dead-letter", "the producer's queue is full")
                     target.poll(0.5)
+                    progress.beat()  # waiting on purpose: the worker is alive
                     self._check_budget(waiting, "the producer's queue stayed full")
                 except KafkaException as e:
                     err = e.args[0]
@@ -264,6 +266,9 @@ class DeadLetterProducer:
                 f"for over DLQ_RETRY_BUDGET_S={self._budget_s}s"
             )
             raise DeadLetterDeliveryError(msg)
+        self._check_stopping(why)
+
+    def _check_stopping(self, why: str) -> None:
         if failing.failing():
             msg = f"dead-letter topic {self._topic}: {why}; stopped retrying: the flow is stopping"
             raise DeadLetterDeliveryError(msg)

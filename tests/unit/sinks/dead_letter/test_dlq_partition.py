@@ -5,12 +5,13 @@ librdkafka producer that confirms only when flushed, failing the deliveries a te
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
 
-from sinks import dead_letter, failing, metrics
+from sinks import dead_letter, failing, metrics, progress
 from sinks.backoff import under_way
 from sinks.dead_letter import _DeadLetterPartition as Partition
 from sinks.errors import DeadLetterDeliveryError
@@ -197,6 +198,27 @@ def test_a_wait_on_a_full_queue_is_listed_as_a_retry_under_way_while_it_lasts(
     assert QUEUE_FULL in polled
     assert QUEUE_FULL not in flushed
     assert QUEUE_FULL not in [(u.where, u.reason) for u in under_way()]
+
+
+def test_a_wait_on_a_full_queue_keeps_the_worker_alive(
+    broker: tuple[Broker, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The liveness check (API_LIVENESS_S) must not take a worker waiting on a full queue,
+    which DLQ_RETRY_BUDGET_S=0 lets last, for a wedged one: it beats after every poll."""
+    fake, producer = broker
+    fake.full = True
+    beats: list[float] = []
+    monkeypatch.setattr(progress, "beat", lambda: beats.append(fake.clock.now))
+    poll = fake.poll
+
+    def watched_poll(timeout: float) -> int:
+        fake.full = fake.polls < 100  # 50 s (fake) of a full queue, within the 60 s budget
+        return poll(timeout)
+
+    monkeypatch.setattr(fake, "poll", watched_poll)
+    Partition(producer).write_batch(_letters(b"x"))
+    assert len(beats) >= 100
+    assert max(b - a for a, b in itertools.pairwise(beats)) <= 0.5
 
 
 @pytest.mark.parametrize(

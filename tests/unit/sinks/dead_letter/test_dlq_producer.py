@@ -198,6 +198,17 @@ def test_a_letter_refused_as_too_large_is_named_even_once_the_budget_is_spent(mo
         dlq_producer(env, clock).send([_letter(1, 500)])
 
 
+def test_a_size_refusal_while_the_flow_stops_is_not_tried_again(monkeypatch):
+    """Another partition stopped the flow: the lone pass (a flush per letter, each up to
+    30 s against a broker gone away) is not started."""
+    fake: list[FakeProducer] = []
+    producer = _batch_producer(monkeypatch, fake)
+    failing.mark()
+    with pytest.raises(DeadLetterDeliveryError, match="the flow is stopping"):
+        producer.send([_letter(1, 60), _letter(2, 60)])
+    assert [len(f.requests) for f in fake[1:]] == [0]
+
+
 class StuckBroker(BatchLimitProducer):
     """Confirms nothing (each flush takes 10 s and leaves every record queued); close()
     flushes what is queued first, as librdkafka's does, so it must find nothing."""
