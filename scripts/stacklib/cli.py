@@ -33,11 +33,16 @@ def chosen(which: str) -> list[Server]:
     return [server for name, server in SERVERS.items() if which in ("all", name)]
 
 
+def download(which: str) -> None:
+    """Fetch what `up` needs into the cache, starting nothing (scripts/provision)."""
+    for server in chosen(which):
+        server.download()
+
+
 def up(which: str) -> None:
     STACK_DIR.mkdir(parents=True, exist_ok=True)
     # Download all before starting any, so a slow first download does not race a start-up.
-    for server in chosen(which):
-        server.download()
+    download(which)
     for server in chosen(which):
         server.up()
 
@@ -69,7 +74,7 @@ def logs(which: str) -> None:
 
 
 def main(argv: list[str], usage: str) -> int:
-    """`stack [up|down|status|logs|clean] [all|kafka|es]`; prints `usage` on a bad command."""
+    """`stack [up|down|status|logs|clean|download] [all|kafka|es]`; `usage` on a bad one."""
     cmd = argv[1] if len(argv) > 1 else "status"
     which = argv[2] if len(argv) > 2 else "all"
     if which != "all" and which not in SERVERS:
@@ -80,6 +85,8 @@ def main(argv: list[str], usage: str) -> int:
             up(which)
         elif cmd == "down":
             down(which)
+        elif cmd == "download":
+            download(which)
         elif cmd == "clean":
             clean()
         elif cmd == "status":

@@ -104,6 +104,8 @@ def download() -> Path:
     security module (it lacks analysis-common, which es_secure makes up for).
     """
     check_distribution()
+    if OPENSEARCH:  # scripted updates
+        painless.download(VERSION)
     return maven.artifact(
         f"org.{BASE}.distribution.integ-test-zip:{BASE}:{VERSION}:zip",
         CACHE_DIR / f"{BASE}-{VERSION}.zip",

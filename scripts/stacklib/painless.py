@@ -25,12 +25,7 @@ def install(home: Path, version: str) -> None:
     target = home / "modules" / MODULE
     if target.is_dir():
         return
-    libs = CACHE_DIR / f"opensearch-painless-{version}"
-    if not libs.is_dir():
-        log(f"downloading OpenSearch {version} lang-painless from Maven Central")
-        t0 = time.monotonic()
-        maven.classpath(POM, {"opensearch.version": version}, libs, "lang-painless")
-        log(f"lang-painless downloaded in {time.monotonic() - t0:.1f}s")
+    libs = download(version)
     provided = {_artifact(jar.name) for jar in (home / "lib").glob("*.jar")}
     partial = target.with_name(f"{MODULE}.partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -63,6 +58,17 @@ def install(home: Path, version: str) -> None:
         "};\n"
     )
     partial.rename(target)
+
+
+def download(version: str) -> Path:
+    """OpenSearch `version`'s lang-painless jars, downloaded once into the cache."""
+    libs = CACHE_DIR / f"opensearch-painless-{version}"
+    if not libs.is_dir():
+        log(f"downloading OpenSearch {version} lang-painless from Maven Central")
+        t0 = time.monotonic()
+        maven.classpath(POM, {"opensearch.version": version}, libs, "lang-painless")
+        log(f"lang-painless downloaded in {time.monotonic() - t0:.1f}s")
+    return libs
 
 
 def _plugin_class(libs: Path, version: str) -> str:
