@@ -140,6 +140,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=os.path.join(os.environ.get("STACK_CACHE_DIR", "~/.cache/es-sink"), "bench-venv"),
         help="virtualenv for quixstreams and py-spy (created on first use)",
     )
+    p.add_argument("--tools-only", action="store_true",
+                   help="create the --tools-venv virtualenv and exit, talking to no server "
+                   "(scripts/provision)")  # fmt: skip
     args = p.parse_args(argv)
     if args.lat_poll_ms < 0:
         p.error(f"--lat-poll-ms must be 0 or more, not {args.lat_poll_ms:g}")
@@ -181,6 +184,9 @@ def variant_systems(args: argparse.Namespace, v: Variant) -> tuple[str, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.tools_only:
+        tools_python(args)
+        return 0
     run_id = f"{datetime.datetime.now():%m%d%H%M}-{uuid.uuid4().hex[:4]}"
     svc = Services(args.bootstrap, args.es, run_id, args.partitioner)
     svc.check()
