@@ -52,6 +52,35 @@ class Services:
 
 
 LOG_TAIL_LINES = 80
+# Bytewax's epoch (-s) for test flows that do not pass their own: the shortest that
+# `bytewax.run` takes (whole seconds); tests about epochs pass -s themselves.
+EPOCH_S = "1"
+
+
+TIERS = ("unit", "integration", "system")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Bare `pytest` (no path, no -m) runs the unit tier, which needs no service."""
+    if not config.option.markexpr and config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        config.option.markexpr = "unit"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test is in exactly one tier: tests/unit is `unit` unless it says otherwise, and a
+    test under tests/integration declares `integration` or `system` (`compat` is an
+    integration test run again against the other servers)."""
+    for item in items:
+        tiers = [t for t in TIERS if item.get_closest_marker(t)]
+        if not tiers and "unit" in item.path.relative_to(ROOT).parts[:2]:
+            item.add_marker(pytest.mark.unit)
+            tiers = ["unit"]
+        if item.get_closest_marker("compat") and "integration" not in tiers:
+            tiers.append("compat without integration")
+        if len(tiers) != 1:
+            msg = f"{item.nodeid}: declares tiers {tiers}; exactly one of {TIERS} is expected"
+            raise pytest.UsageError(msg)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -144,7 +173,7 @@ def flow_command(
         **env,
     }
     if "-s" not in args:
-        args = ("-s", "1", *args)
+        args = ("-s", EPOCH_S, *args)
     return [sys.executable, "-m", "bytewax.run", module, *args], full_env
 
 

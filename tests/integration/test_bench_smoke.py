@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.system
 
 SYSTEMS = {"ceiling", "loop", "floor", "quix", "flow-1w", "flow-2w", "flow-2p"}
 LATENCY = {"p50_ms", "p99_ms"}

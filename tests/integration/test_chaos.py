@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import ROOT, Services
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.system
 
 SUMMARY = re.compile(r"^mode=(\w+) (.*)$", re.MULTILINE)
 RECORDS = 8000

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import Services, count_docs, create_topic, produce, run_flow, search_all
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
 KEYS = 60
 

@@ -20,7 +20,7 @@ SCRIPT = deploy.ROOT / "scripts" / "promtool"
 BUILD_TIMEOUT_S = 1800  # a cold build takes about 7 minutes on 2 shared cores
 # The module fixture's cold build runs in the first test's setup, which the suite's 300 s
 # timeout covers too: a build on busy cores outlasted it (every test here errored).
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(BUILD_TIMEOUT_S + 120)]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(BUILD_TIMEOUT_S + 120)]
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from tests.conftest import (
     wait_for,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.system
 
 FAULT_PORT = int(os.environ.get("ES_SINK_TEST_FAULT_ES_PORT", "19201"))
 OUTAGE_S = 60

@@ -9,9 +9,10 @@ import urllib.request
 import orjson
 import pytest
 
+from chaos.flow import free_ports
 from tests.conftest import count_docs, create_topic, produce, run_flow, start_flow, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
 
 def test_data_stream_gets_timestamped_creates(services, es, names):
@@ -71,6 +72,7 @@ def test_metrics_are_served_while_the_flow_runs(services, es, names, tmp_path):
     produce(services.kafka, topic, [(b"bad", b"[1, 2]")])
     dlq = names("dlq")
     create_topic(services.kafka, dlq)  # the flow refuses a missing DLQ_TOPIC at start
+    (port,) = free_ports(1)  # tests run side by side: no fixed port
     env = {
         "KAFKA_TOPICS": topic,
         "KAFKA_GROUP_ID": topic,
@@ -78,14 +80,14 @@ def test_metrics_are_served_while_the_flow_runs(services, es, names, tmp_path):
         "ERRORS_TOLERANCE": "all",
         "DLQ_TOPIC": dlq,
         "BYTEWAX_DATAFLOW_API_ENABLED": "true",
-        "BYTEWAX_DATAFLOW_API_PORT": "3391",
+        "BYTEWAX_DATAFLOW_API_PORT": str(port),
     }
     proc = start_flow(services, env, log=tmp_path / "flow.log")
     try:
         wait_for(lambda: count_docs(es, topic) == 300, 60, "all documents")
 
         def scrape() -> str:
-            with urllib.request.urlopen("http://127.0.0.1:3391/metrics", timeout=5) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                 return r.read().decode()
 
         # Each counter moves on its own: the dead letter is counted once its delivery is

@@ -15,7 +15,7 @@ from sinks.elasticsearch.client import server_of
 from tests.conftest import count_docs, create_topic, produce, run_flow
 from tests.es_proxy import EsProxy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
 
 class RootProxy(EsProxy):

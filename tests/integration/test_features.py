@@ -22,7 +22,7 @@ from tests.conftest import (
     search_all,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
 P = "__connect.errors."
 FT = "tests.integration.feature_transforms"

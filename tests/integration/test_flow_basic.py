@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import committed_offsets, create_topic, produce, run_flow, search_all
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
 
 def _records(n: int) -> list[tuple[bytes | None, bytes]]:

@@ -32,7 +32,7 @@ from tests.conftest import (
     wait_for,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.system
 
 
 @pytest.fixture

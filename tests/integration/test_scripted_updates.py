@@ -27,7 +27,7 @@ from tests.conftest import (
 )
 from tests.integration.updates_support import racing
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
 P = "__connect.errors."
 COUNTER = "ctx._source.n += params.doc.n"

@@ -37,7 +37,7 @@ from tests.conftest import (
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.system
 
 KAFKA_PORT = int(os.environ.get("ES_SINK_TEST_SECURE_KAFKA_PORT", "19096"))  # +1, +2 too
 ES_PORT = int(os.environ.get("ES_SINK_TEST_SECURE_ES_PORT", "19250"))  # transport +100

@@ -29,7 +29,7 @@ from tests.conftest import (
 )
 from tests.es_proxy import BulkCall, EsProxy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
 BUSY = {"type": "es_rejected_execution_exception", "reason": "rejected execution (test proxy)"}
 
