@@ -255,8 +255,8 @@ def classify(
     Pure: reads the account of earlier attempts (`call.tries`, `call.rejected`) and changes
     nothing; `Call.record` applies the verdict.
     """
-    if not answer.get("errors"):
-        return DONE
+    if not answer.get("errors") and "items" not in answer:
+        return DONE  # (deletes that found nothing do not set `errors`: see `client`)
     retry: list[int] = []
     why = ""
     budgeted = False
@@ -279,6 +279,8 @@ def classify(
         for (result,) in (item.values(),)
         if result["status"] >= 300
     ]
+    if not failed:
+        return DONE
     written = filterfalse(set(failed).__contains__, range(len(items)))  # answered 2xx
     for i in failed:
         action = pending[i]

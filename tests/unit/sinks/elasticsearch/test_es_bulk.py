@@ -200,6 +200,18 @@ def test_a_retried_item_takes_the_later_writes_of_its_document_along() -> None:
     assert dict(v.retried) == {"429": 1, "reorder": 1}
 
 
+def test_an_answer_without_errors_still_counts_the_deletes_that_found_nothing() -> None:
+    """Elasticsearch's `errors` ignores a delete's 404 (no `error`): the items say it."""
+    pending = [action("index", "a"), action("delete", "b"), action("delete", "c")]
+    answer = {
+        "errors": False,
+        "items": [item("index", 201), item("delete", 404), item("delete", 200)],
+    }
+    v = classify(pending, answer)
+    assert v.not_found == (1,) and v.written == (0, 2) and not v.retry and not v.rejected
+    assert classify(pending, {"errors": False}) is bulk.DONE  # no 404: not parsed at all
+
+
 def test_an_operation_over_the_pressure_limit_alone_is_rejected() -> None:
     reason = (
         "rejected execution of primary operation "

@@ -26,6 +26,15 @@ def test_a_bulk_answer_without_errors_is_not_parsed() -> None:
     assert loads(body) == {"errors": False}
 
 
+def test_a_bulk_answer_without_errors_that_holds_a_404_is_parsed() -> None:
+    """A delete of a missing document answers 404 and leaves `errors` false."""
+    body = b'{"errors":false,"items":[{"index":{"status":201}},{"delete":{"status":404}}]}'
+    assert loads(body) == {
+        "errors": False,
+        "items": [{"index": {"status": 201}}, {"delete": {"status": 404}}],
+    }
+
+
 def test_a_bulk_answer_with_errors_is_parsed_in_full() -> None:
     body = b'{"errors":true,"items":[{"index":{"status":201}},{"index":{"status":400}}]}'
     assert loads(body) == {

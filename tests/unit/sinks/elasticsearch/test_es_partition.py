@@ -29,6 +29,7 @@ from flows.config import Settings
 from sinks import failing
 from sinks.elasticsearch import refusals
 from sinks.elasticsearch.actions import ActionBuilder
+from sinks.elasticsearch.client import _JsonSerializer
 from sinks.elasticsearch.partition import EsSinkPartition, clear_refusals
 from sinks.errors import (
     ConfigError,
@@ -67,18 +68,28 @@ def parse(body: bytes) -> list[tuple[str, str | None]]:
 def respond(body: bytes, statuses: Mapping[str, Any]) -> dict[str, Any]:
     """A filtered bulk response: per action, the status (and error) given for its id."""
     items = []
-    errors = False
     for op, doc_id in parse(body):
         spec = statuses.get(doc_id or "", 201)
         if isinstance(spec, tuple):
             status, error = spec
             item: dict[str, Any] = {"status": status, "error": error}
         else:
-            status = spec
-            item = {"status": status}
-        errors = errors or status >= 300
+            item = {"status": spec}
         items.append({op: item})
-    return {"errors": errors, "items": items}
+    return answered(items)
+
+
+def answered(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The answer to a bulk whose items are `items`, as the client reads it: `errors` only
+    for an item that failed (a delete of a missing document answers 404 without failing),
+    through the client's own serializer (which skips parsing an answer without errors)."""
+    errors = any(
+        "error" in result or (result["status"] >= 300 and op != "delete")
+        for item in items
+        for op, result in item.items()
+    )
+    body = orjson.dumps({"errors": errors, "items": items})
+    return _JsonSerializer().loads(body)  # type: ignore[no-any-return]
 
 
 class FakeClient:
@@ -930,8 +941,7 @@ class DocStore(FakeClient):
             else:
                 self.docs[key] = source
                 items.append({op: {"status": 201}})
-        errors = any(next(iter(it.values()))["status"] >= 300 for it in items)
-        return FakeResponse({"errors": errors, "items": items})
+        return FakeResponse(answered(items))
 
     def doc(self, doc_id: str, index: str = TOPIC) -> Any:
         return self.docs.get((index, doc_id, None))
@@ -1152,6 +1162,16 @@ def test_deletes_answered_404_are_counted_and_logged_in_the_summary(caplog) -> N
     with caplog.at_level("INFO", logger="sinks.elasticsearch"):
         rig.part.snapshot()
     assert "indexed=3 dead_lettered=0 deletes_not_found=2 bulks=1" in caplog.text
+
+
+def test_deletes_that_found_nothing_are_counted_when_everything_else_was_written() -> None:
+    """Elasticsearch answers such a bulk `errors: false` (see `answered`)."""
+    rig = Rig(FakeClient({"b": 404}))
+    before = deletes_not_found()
+    rig.part.write_batch([rig.actions("a"), rig.actions("b", "c", delete=True, first_offset=1)])
+    rig.part.snapshot()
+    assert deletes_not_found() - before == 1
+    assert rig.part._stats["deletes_not_found"] == 1 and rig.part._stats["indexed"] == 3
 
 
 def test_a_no_error_bulk_counts_no_delete_not_found() -> None:
