@@ -14,8 +14,13 @@ breaking, unavailable shards). A configuration error: 401/403 `security_exceptio
 `index_not_found_exception`. Rejected for good: a 403 block, other 4xx. A 413 (or a 429
 whose operation alone exceeds the node's indexing-pressure limit) splits the request.
 
-A retried item takes the later items of its request that write the same document along,
-so a retry never lands an older write over a newer one (review F4).
+Writes to one document keep their order across retries. A failed item whose document a
+later `index` or `delete` of the same request wrote is moot: done, neither retried nor
+dead-lettered (the later write decides what the document holds). A retried item takes the
+later items of its request that wrote the same document along, so an older write never
+lands over a newer one; that re-applies them, which is sound for every write but a script
+(a counter would count twice), so a request never holds a script after another write of
+its document (`chunks` starts the next request there).
 """
 
 from __future__ import annotations
@@ -57,18 +62,41 @@ RETRY_ERROR_TYPES = frozenset(
     }
 )
 
+SUPERSEDING_OPS = frozenset({"index", "delete"})
+"""Operations that leave a document as they say, whatever earlier writes did to it."""
+
 TRANSPORT_ERRORS = (TransportConnectionError, ConnectionTimeout, ApiError)
 """What `send` raises that `classify_failure` classifies."""
 
 
 def chunks(
-    actions: list[Action], max_actions: int, max_bytes: int, total: int | None = None
+    actions: list[Action],
+    max_actions: int,
+    max_bytes: int,
+    total: int | None = None,
+    *,
+    scripts_apart: bool = False,
 ) -> Iterator[tuple[list[Action], int]]:
     """`actions` in request-sized runs (at most `max_actions`, and `max_bytes` unless a single
     action is larger), each with its size in bytes. The split points are found in C
     (`accumulate`, `bisect`), not by a Python loop per action; a buffer that fits in one
     request is yielded as it is (the same list), without reading its actions when the
-    caller knows their `total` bytes (the sink partition counts them as they come)."""
+    caller knows their `total` bytes (the sink partition counts them as they come).
+
+    With `scripts_apart` (a script may be written), a run also ends before a script whose
+    document the run already writes: a retry re-sends the later writes of a document, and
+    a script must not run twice (see the module docstring)."""
+    for run, size in _limited(actions, max_actions, max_bytes, total):
+        if scripts_apart:
+            yield from _scripts_apart(run)
+        else:
+            yield run, size
+
+
+def _limited(
+    actions: list[Action], max_actions: int, max_bytes: int, total: int | None
+) -> Iterator[tuple[list[Action], int]]:
+    """`chunks` by the request limits alone."""
     n = len(actions)
     if total is None:
         total = sum([len(a.data) for a in actions])
@@ -85,6 +113,25 @@ def chunks(
         yield actions[start:end], ends[end - 1] - base
         base = ends[end - 1]
         start = end
+
+
+def _scripts_apart(run: list[Action]) -> Iterator[tuple[list[Action], int]]:
+    """`run` cut before each script whose document id an earlier action of its part has."""
+    start = 0
+    ids: set[str | None] = set()
+    for i, action in enumerate(run):
+        if action.id in ids and _is_script(action):
+            yield run[start:i], sum([len(a.data) for a in run[start:i]])
+            start = i
+            ids = set()
+        ids.add(action.id)
+    yield run[start:], sum([len(a.data) for a in run[start:]])
+
+
+def _is_script(action: Action) -> bool:
+    """An update that runs a script: its body line starts with `{"script":`."""
+    data = action.data
+    return data.startswith(b'{"script":', data.index(b"\n") + 1)
 
 
 def whole_requests(
@@ -126,6 +173,11 @@ class Rules:
     """Operations whose 409 means the index already holds the document: done."""
     missing_ignored: bool = False
     """ON_MISSING_DOCUMENT=ignore: an update's 404 document_missing_exception is done."""
+    superseding: frozenset[str] = SUPERSEDING_OPS
+    """Operations whose success makes every earlier write of their document moot. None
+    under external versioning, where the version, not the request order, decides."""
+    scripts: bool = False
+    """A script may be written (ES_SCRIPT_ID or ES_SCRIPT_SOURCE): `chunks(scripts_apart)`."""
 
     @classmethod
     def of(cls, docs: DocumentConfig) -> Rules:
@@ -133,9 +185,16 @@ class Rules:
         method = WRITE_METHODS.get(docs.write_method)
         if method is not None and method.conflict_is_done:
             done.add(method.op)
+        superseding = SUPERSEDING_OPS
         if docs.external_versioning:  # an older record replayed after a newer one
             done.update(("index", "create", "delete"))
-        return cls(frozenset(done), docs.updates.on_missing == "ignore")
+            superseding = frozenset()
+        return cls(
+            frozenset(done),
+            docs.updates.on_missing == "ignore",
+            superseding,
+            docs.updates.script is not None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +252,7 @@ class Call:
         for label, n in verdict.retried:
             metrics.BULK_RETRIES.labels(label).inc(n)
         if verdict.all_written:
-            if self.not_found:  # deletes re-sent behind a retried write (F4) found it now
+            if self.not_found:  # deletes re-sent behind a retried write found it now
                 self.not_found.difference_update(id(a) for a in pending)
             return
         if self.not_found:  # deletes an earlier attempt found missing (rare)
@@ -282,6 +341,7 @@ def classify(
     if not failed:
         return DONE
     written = filterfalse(set(failed).__contains__, range(len(items)))  # answered 2xx
+    moot = _moot(pending, items, failed, rules.superseding)
     for i in failed:
         action = pending[i]
         ((op, result),) = items[i].items()
@@ -306,6 +366,8 @@ def classify(
         ):
             stop = _misconfigured(action, status, etype, reason)
             return Verdict(stop=stop, retried=tuple(retried.items()))
+        if i in moot:
+            continue  # a later index or delete of the request decided the document
         if (
             (status == 429 or etype in RETRY_ERROR_TYPES)
             and alone
@@ -359,6 +421,27 @@ def dead(action: Action, error_type: str, reason: str) -> DeadLetter:
     return DeadLetter(action.record, "index", f"elasticsearch.{error_type}", reason)
 
 
+def _moot(
+    pending: list[Action], items: list[Any], failed: list[int], superseding: frozenset[str]
+) -> set[int]:
+    """The `failed` positions whose document (index, id, routing) a later `superseding`
+    operation of the request wrote (2xx, or a delete's 404): that write decides what the
+    document holds, so the failed one is done, neither retried nor dead-lettered."""
+    ids = {pending[i].id for i in failed} - {None}
+    if not ids or not superseding:
+        return set()
+    last: dict[tuple[Any, Any, Any], int] = {}  # target → its last superseding write
+    for j in range(failed[0] + 1, len(pending)):
+        if pending[j].id in ids:
+            ((op, result),) = items[j].items()
+            status = result["status"]
+            if op in superseding and (status < 300 or (status == 404 and op == "delete")):
+                last[_target(pending[j])] = j
+    if not last:
+        return set()
+    return {i for i in failed if pending[i].id in ids and last.get(_target(pending[i]), -1) > i}
+
+
 def _with_later_writes(
     pending: list[Action],
     retry: list[int],
@@ -367,7 +450,8 @@ def _with_later_writes(
 ) -> list[int]:
     """`retry` (positions in `pending`) plus every later action of the request that writes
     the same document (index, id, routing) and was not rejected, in request order: the
-    retry must not apply an older write over a newer one that succeeded (review F4)."""
+    retry must not apply an older write over a newer one that succeeded. None of them is a
+    script (`chunks(scripts_apart)`), and a later index or delete made the retry moot."""
     ids = {pending[i].id for i in retry} - {None}
     if not ids:
         return retry

@@ -330,7 +330,10 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         """Send `buf` (`total` bytes) in bulks no larger than the configured limits."""
         sent = 0
         try:
-            for chunk, size in bulk.chunks(buf, self._max_actions, self._max_bytes, total):
+            requests = bulk.chunks(
+                buf, self._max_actions, self._max_bytes, total, scripts_apart=self._rules.scripts
+            )
+            for chunk, size in requests:
                 self._send(chunk)
                 self._held.release(size)
                 sent += len(chunk)

@@ -20,8 +20,9 @@ from flows import sink_config
 from flows.config import Settings
 from sinks.backoff import Backoff
 from sinks.elasticsearch import bulk
+from sinks.elasticsearch.actions import ActionBuilder
 from sinks.errors import ConfigError
-from sinks.model import Action, DeadLetter, Record
+from sinks.model import Action, DeadLetter, Doc, Record
 
 RECORDED = json.loads((Path(__file__).parents[2] / "data" / "bulk_answers.json").read_text())
 
@@ -185,19 +186,55 @@ def test_item_security_exception_is_a_configuration_error(status: int) -> None:
 
 
 def test_a_retried_item_takes_the_later_writes_of_its_document_along() -> None:
-    """Review F4: b's retry must not land its older write over the newer one after it."""
-    pending = [action("index", "b"), action("index", "c"), action("index", "b", offset=2)]
+    """b's retry must not land its older write over the newer update after it."""
+    pending = [action("index", "b"), action("index", "c"), action("update", "b", offset=2)]
     answer = {
         "errors": True,
         "items": [
             item("index", 429, "es_rejected_execution_exception"),
             item("index", 201),
-            item("index", 201),
+            item("update", 200),
         ],
     }
     v = classify(pending, answer)
     assert v.retry == (0, 2)
     assert dict(v.retried) == {"429": 1, "reorder": 1}
+
+
+def test_a_failed_item_a_later_index_or_delete_of_its_document_decided_is_done() -> None:
+    """The later write decides what the document holds: the failed one is neither retried
+    (its document is not brought back or written twice) nor a dead letter."""
+    pending = [
+        action("update", "b"),  # a later delete removed the document
+        action("index", "c"),  # a later index replaced it
+        action("index", "d"),  # ... but another index of another index did not
+        action("delete", "b", offset=3),
+        action("index", "c", offset=4),
+        action("index", "d", index="other", offset=5),
+    ]
+    answer = {
+        "errors": True,
+        "items": [
+            item("update", 429, "es_rejected_execution_exception"),
+            item("index", 400, "document_parsing_exception"),
+            item("index", 429, "es_rejected_execution_exception"),
+            item("delete", 404),  # found nothing: still what the document is now
+            item("index", 201),
+            item("index", 201),
+        ],
+    }
+    v = classify(pending, answer)
+    assert v.retry == (2,) and v.rejected == () and v.not_found == (3,)
+
+
+def test_nothing_is_moot_under_external_versioning() -> None:
+    """The versions, not the request order, decide which write wins."""
+    pending = [action("index", "b"), action("delete", "b", offset=1)]
+    answer = {
+        "errors": True,
+        "items": [item("index", 429, "es_rejected_execution_exception"), item("delete", 200)],
+    }
+    assert classify(pending, answer, rules=rules(VERSION="offset")).retry == (0, 1)
 
 
 def test_an_answer_without_errors_still_counts_the_deletes_that_found_nothing() -> None:
@@ -210,6 +247,26 @@ def test_an_answer_without_errors_still_counts_the_deletes_that_found_nothing() 
     v = classify(pending, answer)
     assert v.not_found == (1,) and v.written == (0, 2) and not v.retry and not v.rejected
     assert classify(pending, {"errors": False}) is bulk.DONE  # no 404: not parsed at all
+
+
+def scripted(*writes: tuple[str, str]) -> list[Action]:
+    """(id, method) of records 0, 1, ... as ActionBuilder encodes them with a script set."""
+    env = {"KAFKA_TOPICS": "t", "WRITE_METHOD": "script", "ES_SCRIPT_SOURCE": "s"}
+    builder = ActionBuilder(sink_config.documents(Settings.load(env)))
+    return [
+        builder.build(Doc(Record("t", 0, i, None, k.encode(), b"{}"), {"n": 1}, k, action=m))
+        for i, (k, m) in enumerate(writes)
+    ]
+
+
+def test_a_request_holds_no_script_after_another_write_of_its_document() -> None:
+    """A retry re-sends the later writes of a document: a script among them would run twice."""
+    acts = scripted(("x", "script"), ("y", "script"), ("x", "update"), ("x", "script"),
+                    ("y", "index"), ("x", "script"))  # fmt: skip
+    runs = list(bulk.chunks(acts, 100, 1 << 20, scripts_apart=True))
+    assert [[a.record.offset for a in run] for run, _ in runs] == [[0, 1, 2], [3, 4], [5]]
+    assert [size for _, size in runs] == [sum(len(a.data) for a in run) for run, _ in runs]
+    assert [run for run, _ in bulk.chunks(acts, 100, 1 << 20)] == [acts]
 
 
 def test_an_operation_over_the_pressure_limit_alone_is_rejected() -> None:

@@ -907,12 +907,16 @@ def test_tolerance_none_stops_on_a_rejection_before_a_413_split() -> None:
     assert info.value.where == "orders/1@1"
 
 
-# ------------------------------------ later writes to a retried document (review F4)
+# ------------------------------------------- writes to one document in order across retries
+
+
+MISSING = (404, {"type": "document_missing_exception", "reason": "document missing"})
 
 
 class DocStore(FakeClient):
-    """Applies the writes it acknowledges, like an index: index/create/delete by id. A
-    script step here is a list of statuses per position (None: apply and answer)."""
+    """Applies the writes it acknowledges, like an index: index/create/delete by id, a
+    partial update (merge), and a script, which adds `params.doc.n` to `n`. A script step
+    here is a list of statuses per position (None: apply and answer)."""
 
     def __init__(self, *script: list[Any] | None) -> None:
         super().__init__()
@@ -938,10 +942,25 @@ class DocStore(FakeClient):
                 items.append({op: {"status": 200 if self.docs.pop(key, None) else 404}})
             elif op == "create" and key in self.docs:
                 items.append({op: {"status": 409, "error": {"type": "version_conflict"}}})
+            elif op == "update":
+                items.append({op: self._update(key, source)})
             else:
                 self.docs[key] = source
                 items.append({op: {"status": 201}})
         return FakeResponse(answered(items))
+
+    def _update(self, key: Any, body: dict[str, Any]) -> dict[str, Any]:
+        doc = self.docs.get(key)
+        if doc is None:
+            if "upsert" not in body and not body.get("doc_as_upsert"):
+                return {"status": MISSING[0], "error": MISSING[1]}
+            self.docs[key] = body.get("upsert", body.get("doc"))
+            return {"status": 201}
+        if "script" in body:
+            doc["n"] += body["script"]["params"]["doc"]["n"]
+        else:
+            doc.update(body["doc"])
+        return {"status": 200}
 
     def doc(self, doc_id: str, index: str = TOPIC) -> Any:
         return self.docs.get((index, doc_id, None))
@@ -960,26 +979,75 @@ def versions(
     return out
 
 
+def writes(s: Settings, *writes: tuple[str, str | None, dict[str, Any] | None]) -> list[Action]:
+    """One action per (id, action, document) (action None: WRITE_METHOD); offsets in order."""
+    b = ActionBuilder(sink_config.documents(s))
+    return [
+        b.build(Doc(Record(TOPIC, 1, offset, TS, k.encode(), b"{}"), doc, key=k, action=act))
+        for offset, (k, act, doc) in enumerate(writes)
+    ]
+
+
 def test_a_retried_write_is_resent_with_the_later_writes_to_its_document() -> None:
     store = DocStore([BUSY, None, None])
-    rig = Rig(store)
-    acts = versions(rig.settings, ("x", 1), ("y", 1), ("x", 2))
+    rig = Rig(store, WRITE_METHOD="upsert")
+    acts = writes(rig.settings, ("x", "index", {"v": 1}), ("y", None, {"v": 1}),
+                  ("x", None, {"w": 2}))  # fmt: skip
     rig.part.write_batch([acts])
     rig.part.snapshot()
     assert [store.ids(i) for i in range(2)] == [["x", "y", "x"], ["x", "x"]]
-    assert store.doc("x") == {"v": 2}  # v1 used to be applied last
+    assert store.doc("x") == {"v": 1, "w": 2}  # the index used to replace the update
+    assert rig.dlq.letters == []
+
+
+def test_a_failed_write_a_later_index_of_its_document_replaced_is_done() -> None:
+    store = DocStore([BUSY, None, None])
+    rig = Rig(store)
+    rig.part.write_batch([versions(rig.settings, ("x", 1), ("y", 1), ("x", 2))])
+    rig.part.snapshot()
+    assert [store.ids(i) for i in range(len(store.requests))] == [["x", "y", "x"]]
+    assert store.doc("x") == {"v": 2}
     assert rig.dlq.letters == []
 
 
 def test_a_retried_write_does_not_resurrect_a_later_delete() -> None:
     store = DocStore([BUSY, None])
     rig = Rig(store)
-    before = deletes_not_found()
     rig.part.write_batch([versions(rig.settings, ("x", 1), ("x", None))])
     rig.part.snapshot()
-    assert [store.ids(i) for i in range(2)] == [["x", "x"], ["x", "x"]]
+    assert len(store.requests) == 1  # the delete decided: nothing to write again
     assert store.doc("x") is None
-    assert deletes_not_found() == before  # the re-sent delete found the document
+
+
+@pytest.mark.parametrize("tolerance", ["all", "none"])
+def test_an_update_a_later_delete_removed_is_done_not_a_missing_document(tolerance: str) -> None:
+    """The retry used to send the update again after the delete: `document missing`, a
+    dead letter for a good record, or under ERRORS_TOLERANCE=none a stop."""
+    store = DocStore([BUSY, None])
+    store.docs[(TOPIC, "x", None)] = {"n": 0}
+    rig = Rig(store, WRITE_METHOD="update", ERRORS_TOLERANCE=tolerance)
+    rig.part.write_batch([writes(rig.settings, ("x", None, {"n": 1}), ("x", "delete", None))])
+    rig.part.snapshot()
+    assert store.doc("x") is None
+    assert rig.dlq.letters == []
+    assert len(store.requests) == 1
+
+
+def test_a_retry_never_runs_a_script_twice() -> None:
+    """A script after another write of its document goes in the next request: a retry of
+    the earlier write re-sends the later ones, and the counter used to count 3 for 2."""
+    store = DocStore([BUSY, None])
+    store.docs[(TOPIC, "x", None)] = {"n": 0}
+    env = {"WRITE_METHOD": "script", "ES_SCRIPT_SOURCE": "ctx._source.n += params.doc.n"}
+    rig = Rig(store, **env, ON_MISSING_DOCUMENT="upsert")
+    one = {"n": 1}
+    rig.part.write_batch(
+        [writes(rig.settings, ("x", None, one), ("y", None, one), ("x", None, one))]
+    )
+    rig.part.snapshot()
+    assert store.doc("x") == {"n": 2} and store.doc("y") == {"n": 1}
+    assert [store.ids(i) for i in range(len(store.requests))] == [["x", "y"], ["x"], ["x"]]
+    assert rig.dlq.letters == []
 
 
 def test_later_writes_to_other_documents_or_indices_are_not_resent() -> None:
