@@ -196,6 +196,8 @@ def _check_updates(s: DocumentSettings) -> None:
     if "on_missing_document" in given and not reads_missing:
         msg = f"only update and script read it, not WRITE_METHOD={method.name}"
         raise ConfigError(f"ON_MISSING_DOCUMENT: {msg}")
+    if reads_missing and s.on_missing_document == "dlq":
+        _check_missing_is_the_records(s, chosen)
     for i, entry in enumerate(s.transforms):
         if entry.get("type") != "action":
             continue
@@ -220,6 +222,33 @@ def _check_updates(s: DocumentSettings) -> None:
             )  # fmt: skip
             if why:
                 raise ConfigError(f"transforms[{i}] (action): action {name} {why}")
+
+
+def _check_missing_is_the_records(s: DocumentSettings, chosen: set[str]) -> None:
+    """ON_MISSING_DOCUMENT=dlq where the flow also deletes: a replay (after a crash, or a
+    bulk retried after Elasticsearch applied it) sends an update again after a later record
+    of the same id deleted its document, and the update finds it missing through no fault
+    of its record. The sink cannot tell that from a document that was never there, so
+    `dlq` there would dead-letter a good record (or, under ERRORS_TOLERANCE=none, stop the
+    flow on it at every restart): the default becomes `ignore` (skipped and counted), and
+    `dlq` given explicitly is refused."""
+    cdc = deleting_entries(s.transforms)
+    if s.on_null_value == "delete":
+        deletes = "ON_NULL_VALUE=delete"
+    elif cdc:
+        deletes = f"transforms[{cdc[0]}] sends deletes"
+    elif DELETE in chosen:
+        deletes = "a transform may choose delete"
+    else:
+        return
+    if "on_missing_document" not in s.model_fields_set:
+        object.__setattr__(s, "on_missing_document", "ignore")  # derived, at load
+        return
+    msg = (
+        f"dlq cannot be told from a replayed update whose document a later record deleted "
+        f"({deletes}): use ignore (skipped and counted) or upsert"
+    )
+    raise ConfigError(f"ON_MISSING_DOCUMENT: {msg}")
 
 
 def _action_targets(s: DocumentSettings) -> set[str] | None:

@@ -264,6 +264,17 @@ def test_the_memory_of_checked_names_is_bounded() -> None:
             "ON_MISSING_DOCUMENT: only update and script read it, not WRITE_METHOD=index",
         ),
         ({"ON_MISSING_DOCUMENT": "skip"}, "ON_MISSING_DOCUMENT"),
+        (
+            {"WRITE_METHOD": "update", "ON_NULL_VALUE": "delete", "ON_MISSING_DOCUMENT": "dlq"},
+            "ON_MISSING_DOCUMENT: dlq cannot be told from a replayed update whose document a "
+            "later record deleted (ON_NULL_VALUE=delete): use ignore",
+        ),
+        (
+            {"WRITE_METHOD": "update", "ON_MISSING_DOCUMENT": "dlq",
+             "TRANSFORMS": "tests.unit.sample_transforms:modify"},
+            "ON_MISSING_DOCUMENT: dlq cannot be told from a replayed update whose document a "
+            "later record deleted (a transform may choose delete)",
+        ),
         ({"ES_INDEX": "Orders"}, "ES_INDEX: index name 'Orders' must be lower case"),
         ({"ES_INDEX_MAP": "orders:a#b"}, "ES_INDEX_MAP[orders]: index name 'a#b' contains '#'"),
         (
@@ -277,6 +288,25 @@ def test_refused_combinations_are_one_line_errors(env: dict[str, str], message: 
     with pytest.raises(ConfigError) as e:
         settings(**env)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("deletes", ["tombstones", "python", "action"])
+def test_a_missing_document_is_skipped_by_default_where_the_flow_also_deletes(
+    deletes: str, tmp_path: Path
+) -> None:
+    """A replayed update of a document a later record deleted finds it missing: not the
+    record's fault, so not a dead letter (nor, under ERRORS_TOLERANCE=none, a stop)."""
+    config = tmp_path / "actions.yaml"
+    entry = {"type": "action", "field": "op", "map": {"u": "update", "d": "delete"}}
+    config.write_text(json.dumps({"transforms": [entry]}))
+    env = {
+        "tombstones": {"ON_NULL_VALUE": "delete"},
+        "python": {"TRANSFORMS": "tests.unit.sample_transforms:modify"},
+        "action": {"ES_SINK_CONFIG": str(config)},
+    }[deletes]
+    s = settings(WRITE_METHOD="update", **env)
+    assert sink_config.documents(s).updates.on_missing == "ignore"
+    assert sink_config.documents(settings(WRITE_METHOD="update")).updates.on_missing == "dlq"
 
 
 def test_accepted_combinations() -> None:
