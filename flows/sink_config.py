@@ -100,6 +100,7 @@ def documents(s: Settings) -> DocumentConfig:
             on_missing=s.on_missing_document,
             script=_script(s),
             scripted_upsert=s.es_scripted_upsert,
+            record=s.es_script_record,
         ),
         index_allow=re.compile(s.es_index_allow) if s.es_index_allow else None,
     )

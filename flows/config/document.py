@@ -73,6 +73,12 @@ class DocumentSettings(Group):
         "script, ON_MISSING_DOCUMENT=upsert: create a missing document by running the script "
         "on {} (else the document is inserted as it is)",
     )
+    es_script_record: Flag = setting(
+        "ES_SCRIPT_RECORD",
+        False,
+        "script: also pass the record's coordinates as params.record (topic, partition, "
+        "offset), so that the script can skip a record it already applied (a replay)",
+    )
     es_index_allow: Regex | None = setting(
         "ES_INDEX_ALLOW",
         None,
@@ -192,6 +198,8 @@ def _check_updates(s: DocumentSettings) -> None:
         raise ConfigError(f"ES_SCRIPTED_UPSERT: {msg}")
     if s.es_scripted_upsert and not scripted:
         raise ConfigError("ES_SCRIPTED_UPSERT: needs a script (WRITE_METHOD=script)")
+    if s.es_script_record and not scripted:
+        raise ConfigError("ES_SCRIPT_RECORD: needs a script (WRITE_METHOD=script)")
     reads_missing = any(WRITE_METHODS[m].on_missing for m in chosen if m != DELETE)
     if "on_missing_document" in given and not reads_missing:
         msg = f"only update and script read it, not WRITE_METHOD={method.name}"

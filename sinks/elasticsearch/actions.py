@@ -257,7 +257,7 @@ class ActionBuilder:
             source["@timestamp"] = self._timestamp(doc)
         body = _dumps(source)
         if write.encode is not None:
-            body = write.encode(body)
+            body = write.encode(body, rec)
         return Action(doc_id, _dumps({write.op: meta}) + b"\n" + body + b"\n", rec)
 
     def index_for(self, rec: Record) -> str:

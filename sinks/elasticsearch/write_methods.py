@@ -11,8 +11,11 @@ from dataclasses import dataclass, field
 
 import orjson
 
-Encode = Callable[[bytes], bytes]
-"""The request body made from the document's JSON bytes."""
+from sinks.model import Record
+
+Encode = Callable[[bytes, Record], bytes]
+"""The request body made from the document's JSON bytes (and its record, for a script's
+`params.record`)."""
 
 ON_MISSING = ("dlq", "ignore", "upsert")
 """ON_MISSING_DOCUMENT: what an update does when the document does not exist."""
@@ -34,6 +37,10 @@ class Updates:
     scripted_upsert: bool = False
     """A missing document is created by running the script on `{}` (not by inserting the
     document as it is)."""
+    record: bool = False
+    """The script also gets the record's coordinates as `params.record` (`topic`,
+    `partition`, `offset`): a replay runs a script again, and with them the script can
+    skip a record it already applied (ES_SCRIPT_RECORD)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,28 +72,39 @@ class WriteMethod:
 
 
 def _as_upsert(_: Updates) -> Encode:
-    return lambda source: b'{"doc":' + source + b',"doc_as_upsert":true}'
+    return lambda source, _: b'{"doc":' + source + b',"doc_as_upsert":true}'
 
 
 def _partial(updates: Updates) -> Encode:
     if updates.on_missing == "upsert":
         return _as_upsert(updates)
-    return lambda source: b'{"doc":' + source + b"}"
+    return lambda source, _: b'{"doc":' + source + b"}"
 
 
 def _scripted(updates: Updates) -> Encode:
     if updates.script is None:
         msg = "WRITE_METHOD=script needs ES_SCRIPT_ID or ES_SCRIPT_SOURCE"
         raise ValueError(msg)
-    # {"script":{<id or source, lang>,"params":{"doc":<document>}}<upsert>}
+    # {"script":{<id or source, lang>,"params":{"doc":<document>[,"record":{...}]}}<upsert>}
     head = b'{"script":' + orjson.dumps(dict(updates.script))[:-1] + b',"params":{"doc":'
+    params = _record_param if updates.record else _no_param
     if updates.scripted_upsert:
         tail = b'}},"scripted_upsert":true,"upsert":{}}'
     elif updates.on_missing == "upsert":
-        return lambda source: head + source + b'}},"upsert":' + source + b"}"
+        return lambda source, rec: head + source + params(rec) + b'}},"upsert":' + source + b"}"
     else:
         tail = b"}}}"
-    return lambda source: head + source + tail
+    return lambda source, rec: head + source + params(rec) + tail
+
+
+def _record_param(rec: Record) -> bytes:
+    """`params.record`: the coordinates a script can remember to skip a replayed record."""
+    coordinates = {"topic": rec.topic, "partition": rec.partition, "offset": rec.offset}
+    return b',"record":' + orjson.dumps(coordinates)
+
+
+def _no_param(_: Record) -> bytes:
+    return b""
 
 
 # A partial update reads, merges and writes; another writer in between (a second

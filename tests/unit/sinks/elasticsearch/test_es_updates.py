@@ -44,6 +44,21 @@ def encode(d: Doc | None = None, /, **env: str) -> list[Any]:
 # ------------------------------------------------------------------ update and script
 
 
+def test_a_script_can_get_the_record_s_coordinates() -> None:
+    env = {"WRITE_METHOD": "script", "ES_SCRIPT_SOURCE": "s", "ES_SCRIPT_RECORD": "true"}
+    record = {"topic": "orders", "partition": 0, "offset": 7}
+    assert encode(**env)[1] == {
+        "script": {"source": "s", "lang": "painless", "params": {"doc": {"n": 1}, "record": record}}
+    }
+    upsert = encode(**env, ON_MISSING_DOCUMENT="upsert")[1]
+    assert upsert["script"]["params"] == {"doc": {"n": 1}, "record": record}
+    assert upsert["upsert"] == {"n": 1}
+    scripted = encode(**env, ON_MISSING_DOCUMENT="upsert", ES_SCRIPTED_UPSERT="true")[1]
+    assert scripted["script"]["params"]["record"] == record and scripted["upsert"] == {}
+    plain = encode(WRITE_METHOD="script", ES_SCRIPT_SOURCE="s")[1]
+    assert "record" not in plain["script"]["params"]
+
+
 def test_update_sends_a_partial_doc_and_retries_conflicts() -> None:
     assert encode(WRITE_METHOD="update") == [
         {"update": {"_index": "orders", "_id": "k1", "retry_on_conflict": 3}},
@@ -275,6 +290,7 @@ def test_the_memory_of_checked_names_is_bounded() -> None:
             "ON_MISSING_DOCUMENT: dlq cannot be told from a replayed update whose document a "
             "later record deleted (a transform may choose delete)",
         ),
+        ({"ES_SCRIPT_RECORD": "true"}, "ES_SCRIPT_RECORD: needs a script (WRITE_METHOD=script)"),
         ({"ES_INDEX": "Orders"}, "ES_INDEX: index name 'Orders' must be lower case"),
         ({"ES_INDEX_MAP": "orders:a#b"}, "ES_INDEX_MAP[orders]: index name 'a#b' contains '#'"),
         (

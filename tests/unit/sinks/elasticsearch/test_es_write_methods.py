@@ -41,7 +41,7 @@ def test_the_built_in_methods() -> None:
     assert DATA_STREAM_METHOD == "create"
     upsert = WRITE_METHODS["upsert"]
     assert upsert.body is not None
-    assert orjson.loads(upsert.body(Updates())(b'{"a":1}')) == {
+    assert orjson.loads(upsert.body(Updates())(b'{"a":1}', REC)) == {
         "doc": {"a": 1},
         "doc_as_upsert": True,
     }
@@ -60,7 +60,7 @@ def test_a_new_method_is_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
         "wrapped",
         op="index",
         doc="test",
-        body=lambda _: lambda src: b'{"body":' + src + b"}",
+        body=lambda _: lambda src, _rec: b'{"body":' + src + b"}",
         conflict_is_done=True,
     )
     monkeypatch.setitem(WRITE_METHODS, "wrapped", wrapped)
