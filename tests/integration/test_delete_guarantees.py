@@ -1,4 +1,5 @@
-"""Tombstone deletes reach the document they delete, or the flow refuses to start (F3).
+"""Tombstone deletes reach the document they delete, or the flow refuses to start (F3), and
+the deletes that find nothing are counted.
 
 Against the real broker and a 3-shard index on the real node: a delete without the routing
 its document was indexed with goes to another shard, Elasticsearch answers 404, and the
@@ -7,10 +8,27 @@ document used to stay while the flow counted the delete as done.
 
 from __future__ import annotations
 
+import re
+import signal
+import subprocess
+import urllib.request
+from pathlib import Path
+
 import orjson
 import pytest
 
-from tests.conftest import Services, count_docs, create_topic, produce, run_flow, search_all
+from chaos.flow import free_ports
+from devkit.wait import wait_for
+from tests.conftest import (
+    Services,
+    committed_offsets,
+    count_docs,
+    create_topic,
+    produce,
+    run_flow,
+    search_all,
+    start_flow,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
@@ -59,3 +77,50 @@ def test_deletes_that_would_miss_their_document_are_refused_at_start(
     line = [x for x in run.output.splitlines() if "configuration error" in x]
     assert line and f"configuration error: {setting}: ON_NULL_VALUE=delete" in line[0], run.output
     assert count_docs(es, topic) == 0  # refused before anything was written
+
+
+def _metric(url: str, name: str) -> float | None:
+    """The value of an unlabelled sample of the flow's /metrics (None: not there)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+    return None if found is None else float(found[1])
+
+
+def test_deletes_that_find_nothing_are_counted_when_the_rest_was_written(
+    services: Services, es: object, names: object, tmp_path: Path
+) -> None:
+    """Elasticsearch answers `errors: false` to a bulk whose only non-2xx items are deletes
+    of missing documents (404): they used to be counted only beside another failure."""
+    topic = names("del404")  # type: ignore[operator]
+    create_topic(services.kafka, topic, 1)
+    es.indices.create(index=topic)  # type: ignore[attr-defined]  # (no index: an error, counted)
+    never = [(f"gone{i}".encode(), None) for i in range(3)]
+    produce(services.kafka, topic, [(b"kept", b'{"n": 1}'), *never, (b"kept", None)])
+    port = free_ports(1)[0]
+    env = {
+        "KAFKA_TOPICS": topic,
+        "KAFKA_GROUP_ID": topic,
+        "ON_NULL_VALUE": "delete",
+        "KAFKA_STOP_AT_END": "false",
+        "API_PORT": str(port),
+    }
+    log = tmp_path / "flow.log"
+    proc = start_flow(services, env, log=log)
+    try:
+        wait_for(
+            lambda: (
+                proc.poll() is None and committed_offsets(services.kafka, topic, topic) == {0: 5}
+            ),
+            120,
+            f"every record committed\n{log.read_text(errors='replace')}",
+        )
+        found = _metric(f"http://127.0.0.1:{port}", "es_sink_deletes_not_found_total")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    assert found == 3, log.read_text(errors="replace")[-3000:]
+    assert count_docs(es, topic) == 0
