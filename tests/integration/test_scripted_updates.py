@@ -1,6 +1,7 @@
 """Scripted updates (WRITE_METHOD=script) against the real node: a counter incremented by a
-stored and by an inline Painless script, a scripted upsert, and a concurrent writer's
-increments all counted (retry on conflict).
+stored and by an inline Painless script, a scripted upsert, a concurrent writer's
+increments all counted (retry on conflict), a retried script run once, and the README's
+script that skips a replayed record (ES_SCRIPT_RECORD).
 
 `es-sink verify` after a scripted run compares presence only.
 
@@ -12,6 +13,8 @@ ES_SCRIPT_ID, and writes nothing."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -25,6 +28,7 @@ from tests.conftest import (
     run_cli,
     run_flow,
 )
+from tests.es_proxy import BulkCall, EsProxy
 from tests.integration.updates_support import racing
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
@@ -160,3 +164,67 @@ def test_a_concurrent_writer_s_increments_are_all_counted(services, es, names):
     assert len(done) > 20  # the two really overlapped
     assert consume_all(services.kafka, dlq) == []
     assert _source(es, topic, "c") == {"n": n + 1000 * len(done)}
+
+
+BUSY = {"type": "es_rejected_execution_exception", "reason": "rejected execution (test proxy)"}
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_a_retried_script_runs_once(services, es, names):
+    """The first write of x is refused for a while (429, as an ingest-side rejection of one
+    item answers): its retry must not run the later script of x a second time."""
+    if not _painless(es):
+        pytest.skip("the node cannot run Painless (see the module docstring)")
+    topic = _topic(services, names, "script-retry")
+    es.index(index=topic, id="x", document={"n": 0}, refresh=True)
+    produce(services.kafka, topic, [(b"x", b'{"n": 1}'), (b"x", b'{"n": 1}')])
+    seen: dict[str, int] = {}
+
+    def rule(call: BulkCall) -> None:
+        if "fault" not in seen and "x" in call.ids():
+            seen["fault"] = call.n
+            call.fake(call.ids().index("x"), 429, BUSY)
+
+    env = {
+        "KAFKA_TOPICS": topic,
+        "KAFKA_GROUP_ID": topic,
+        "WRITE_METHOD": "script",
+        "ES_SCRIPT_SOURCE": COUNTER,
+        "ON_MISSING_DOCUMENT": "upsert",
+        "BULK_LINGER_MS": "1000",
+    }
+    with EsProxy(services.es_url) as proxy:
+        proxy.rule = rule
+        run = run_flow(services, {**env, "ES_HOSTS": proxy.url})
+        requests = [c.ids() for c in proxy.bulks]
+    assert run.returncode == 0, run.output
+    assert "fault" in seen, requests
+    assert _source(es, topic, "x") == {"n": 2}, requests  # was 3: the later script ran twice
+    assert committed_offsets(services.kafka, topic, topic) == {0: 2}
+
+
+def test_a_script_that_remembers_offsets_skips_a_replayed_record(services, es, names):
+    """The README's pattern with ES_SCRIPT_RECORD=true: the same records read again (a
+    replay after a crash; here, a second group) leave the counter as it was."""
+    if not _painless(es):
+        pytest.skip("the node cannot run Painless (see the module docstring)")
+    (script,) = re.findall(r"```painless\n(.*?)```", README.read_text(), re.DOTALL)
+    topic = _topic(services, names, "script-replay")
+    mappings = {"properties": {"applied": {"type": "object", "enabled": False}}}
+    es.indices.create(index=topic, mappings=mappings)
+    es.index(index=topic, id="x", document={"n": 10}, refresh=True)
+    produce(services.kafka, topic, [(b"x", b'{"n": 1}')] * 3 + [(b"new", b'{"n": 5}')])
+    env = {
+        "KAFKA_TOPICS": topic,
+        "WRITE_METHOD": "script",
+        "ES_SCRIPT_SOURCE": script,
+        "ES_SCRIPT_RECORD": "true",
+        "ON_MISSING_DOCUMENT": "upsert",
+        "ES_SCRIPTED_UPSERT": "true",
+    }
+    for group in ("first", "replay"):
+        run = run_flow(services, {**env, "KAFKA_GROUP_ID": f"{topic}-{group}"})
+        assert run.returncode == 0, run.output
+        applied = {f"{topic}/0": 2}
+        assert _source(es, topic, "x") == {"n": 13, "applied": applied}, group
+        assert _source(es, topic, "new") == {"n": 5, "applied": {f"{topic}/0": 3}}, group
