@@ -1,6 +1,7 @@
 """Partial updates (WRITE_METHOD=update, ON_MISSING_DOCUMENT), retry on conflict against a
-concurrent writer, per-record actions in order, and confined index names, against the real
-broker and node. Scripted updates: tests/integration/test_scripted_updates.py."""
+concurrent writer, an update whose document a later record deleted (retried, replayed),
+per-record actions in order, and confined index names, against the real broker and node.
+Scripted updates: tests/integration/test_scripted_updates.py."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.conftest import (
     run_flow,
     search_all,
 )
+from tests.es_proxy import BulkCall, EsProxy
 from tests.integration.updates_support import racing
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
@@ -110,6 +112,61 @@ def test_a_concurrent_writer_is_retried_on_conflict_not_dead_lettered(services, 
     assert search_all(es, topic) == {"hot": {"flow": n - 1, "racer": racer_writes[-1]}}
 
 
+BUSY = {"type": "es_rejected_execution_exception", "reason": "rejected execution (test proxy)"}
+
+
+def _updated_then_deleted(services: Any, es: Any, names: Any, prefix: str) -> dict[str, str]:
+    """x exists; an update of x, then its tombstone. The flow's settings (the defaults
+    otherwise: ERRORS_TOLERANCE=none, ON_MISSING_DOCUMENT as they make it)."""
+    topic = _topic(services, names, prefix)
+    es.index(index=topic, id="x", document={"n": 0}, refresh=True)
+    produce(services.kafka, topic, [(b"x", b'{"n": 1}'), (b"x", None)])
+    return {
+        "KAFKA_TOPICS": topic,
+        "KAFKA_GROUP_ID": topic,
+        "WRITE_METHOD": "update",
+        "ON_NULL_VALUE": "delete",
+        "BULK_LINGER_MS": "1000",
+    }
+
+
+def test_an_update_retried_after_its_document_s_delete_is_done(services, es, names):
+    """The update is refused for a while (429) and the delete after it in the same bulk
+    succeeds: the delete decided, so the update is done. Its retry used to meet `document
+    missing` and stop the flow."""
+    env = _updated_then_deleted(services, es, names, "upd-retried")
+    topic = env["KAFKA_TOPICS"]
+    seen: dict[str, int] = {}
+
+    def rule(call: BulkCall) -> None:
+        if "fault" not in seen and call.ids() == ["x", "x"]:
+            seen["fault"] = call.n
+            call.fake(0, 429, BUSY)
+
+    with EsProxy(services.es_url) as proxy:
+        proxy.rule = rule
+        run = run_flow(services, {**env, "ES_HOSTS": proxy.url})
+        requests = [c.ids() for c in proxy.bulks]
+    assert run.returncode == 0, run.output
+    assert "fault" in seen, requests
+    assert search_all(es, topic) == {}
+    assert committed_offsets(services.kafka, topic, topic) == {0: 2}
+
+
+def test_a_replayed_update_of_a_document_a_later_record_deleted_is_no_stop(services, es, names):
+    """The records are read again (a replay after a crash before the commit; here, a
+    second group): the update finds x deleted. That used to stop the flow, at every
+    restart, under the defaults; the update is now skipped (ON_MISSING_DOCUMENT=ignore is
+    the default where the flow deletes)."""
+    env = _updated_then_deleted(services, es, names, "upd-replayed")
+    topic = env["KAFKA_TOPICS"]
+    for group in (topic, f"{topic}-replay"):
+        run = run_flow(services, {**env, "KAFKA_GROUP_ID": group})
+        assert run.returncode == 0, f"{group}: {run.output}"
+        assert search_all(es, topic) == {}
+        assert committed_offsets(services.kafka, group, topic) == {0: 2}
+
+
 def test_mixed_per_record_actions_on_one_id_stay_in_order(services, es, names, tmp_path):
     """The `action` built-in (a field, a header) and a Python transform choose each record's
     write; one id gets index, update, delete, create, upsert... across several bulks and
@@ -125,7 +182,7 @@ def test_mixed_per_record_actions_on_one_id_stay_in_order(services, es, names, t
         rec("k", "i", {"v": 1, "a": 1}),
         rec("k", "u", {"v": 2}),  # merged: {v: 2, a: 1}
         rec("k", "d", {}),  # deleted
-        rec("k", "u", {"v": 9}),  # update of a missing document: dead letter
+        rec("k", "u", {"v": 9}),  # update of a missing document: skipped (the flow deletes)
         rec("k", "c", {"v": 3}),  # created again
         rec("k", "c", {"v": 4}),  # exists: a create's 409 is done, v stays 3
         rec("k", None, {"w": 5}),  # no op: WRITE_METHOD=upsert merges
@@ -164,9 +221,7 @@ def test_mixed_per_record_actions_on_one_id_stay_in_order(services, es, names, t
     run = run_flow(services, env)
     assert run.returncode == 0, run.output
     assert search_all(es, topic) == {"k": {"v": 3, "w": 5}, "j": {"x": 3}, "h": {"y": 3}}
-    dead = _dead(services.kafka, dlq)
-    assert list(dead) == ["k"] and dead["k"]["offset"] == "3"
-    assert dead["k"]["exception.class.name"] == "elasticsearch.document_missing_exception"
+    assert _dead(services.kafka, dlq) == {}
 
 
 def test_invalid_and_unconfined_index_names_are_dead_lettered(services, es, names):
