@@ -31,7 +31,8 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from itertools import accumulate, filterfalse
+from itertools import accumulate, compress, filterfalse
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -66,6 +67,7 @@ SUPERSEDING_OPS = frozenset({"index", "delete"})
 """Operations that leave a document as they say, whatever earlier writes did to it."""
 
 TRANSPORT_ERRORS = (TransportConnectionError, ConnectionTimeout, ApiError)
+_ID = attrgetter("id")
 """What `send` raises that `classify_failure` classifies."""
 
 
@@ -431,12 +433,13 @@ def _moot(
     if not ids or not superseding:
         return set()
     last: dict[tuple[Any, Any, Any], int] = {}  # target → its last superseding write
-    for j in range(failed[0] + 1, len(pending)):
-        if pending[j].id in ids:
-            ((op, result),) = items[j].items()
-            status = result["status"]
-            if op in superseding and (status < 300 or (status == 404 and op == "delete")):
-                last[_target(pending[j])] = j
+    start = failed[0] + 1  # the later writes of those documents, found in C: a failed item
+    same = map(ids.__contains__, map(_ID, pending[start:]))  # may be early in a long request
+    for j in compress(range(start, len(pending)), same):
+        ((op, result),) = items[j].items()
+        status = result["status"]
+        if op in superseding and (status < 300 or (status == 404 and op == "delete")):
+            last[_target(pending[j])] = j
     if not last:
         return set()
     return {i for i in failed if pending[i].id in ids and last.get(_target(pending[i]), -1) > i}
