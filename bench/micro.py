@@ -8,7 +8,8 @@ small for an end-to-end run to resolve (docs/benchmarks.md):
   id, a chunk per partition);
 - what crosses between processes: dumps + loads of the processor's chunks;
 - the sink's reading of a `_bulk` answer with errors (classify it, apply it to the call's
-  account, find the failed records) at 0.5% and 5% of items refused;
+  account, find the failed records) at 0.5% and 5% of items refused, and of one without
+  (the client's serializer, which skips parsing it, and `classify`);
 - the example configuration's nine transforms (`small-transforms`' records): the processor
   with and without them, beside a plain reference for the same edits (decode, the nine
   edits written inline for these records, encode), which must give the flow's documents:
@@ -298,6 +299,32 @@ def bulk_answer_us(refused: int) -> float:
     return best_us(run, BULK_ITEMS)
 
 
+def bulk_written_us() -> float:
+    """The client reading an all-written `_bulk` answer (as its serializer gets the bytes)
+    and `classify` making it DONE, per item."""
+    from sinks.backoff import SYSTEM_CLOCK, Backoff
+    from sinks.elasticsearch import bulk
+    from sinks.elasticsearch.client import _JsonSerializer
+    from sinks.model import Action, Record
+
+    actions = [
+        Action(f"k{i}", b'{"index":{"_id":"k%d"}}\n{}\n' % i, Record("t", 0, i, None, None, b"{}"))
+        for i in range(BULK_ITEMS)
+    ]
+    body = b'{"errors":false,"items":[' + b",".join([b'{"index":{"status":201}}'] * BULK_ITEMS)
+    body += b"]}"
+    serializer = _JsonSerializer()
+    rules = bulk.Rules()
+    call = bulk.Call(Backoff(0.1, 1.0, 10.0).start(SYSTEM_CLOCK, random.random))
+
+    def run() -> None:
+        for _ in range(20):
+            answer = serializer.loads(body)
+            assert bulk.classify(actions, answer, call, rules=rules, item_retry_max=3) is bulk.DONE
+
+    return best_us(run, 20 * BULK_ITEMS)
+
+
 def main() -> None:
     os.environ.setdefault("KAFKA_TOPICS", "t")  # the processor's settings need a topic
     for variant in ("small", "large"):
@@ -321,6 +348,7 @@ def main() -> None:
         share = refused / BULK_ITEMS
         us = bulk_answer_us(refused)
         print(f"bulk answer with {share:.1%} refused: {us:.3f} µs/item")
+    print(f"bulk answer with none refused: {bulk_written_us():.4f} µs/item")
 
 
 if __name__ == "__main__":
