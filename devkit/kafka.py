@@ -30,13 +30,17 @@ def wait_leaders(admin: Any, topic: str, partitions: int, timeout: float = 30.0)
     raise TimeoutError(msg)
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    """Create `topic` (replication 1) and wait until every partition has a leader, so the
-    first produce or assignment does not race the controller."""
+def create_topic(
+    bootstrap: str, topic: str, partitions: int = 1, config: Mapping[str, str] | None = None
+) -> None:
+    """Create `topic` (replication 1, topic settings `config`) and wait until every
+    partition has a leader, so the first produce or assignment does not race the
+    controller."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    new = NewTopic(topic, partitions, 1, config=dict(config or {}))
+    admin.create_topics([new])[topic].result(30)
     wait_leaders(admin, topic, partitions)
 
 

@@ -6,9 +6,10 @@ DLQ_RETRY_BUDGET_S). The Elasticsearch sink's bulk threads call it before their 
 done; the dead-letter sink produces with `produce()` as records come and confirms with
 `confirm()` in its `snapshot()` (a Kafka round trip per worker batch held the worker), so
 offsets are never committed past an unconfirmed dead letter. A dead letter the topic refuses
-as larger than its `max.message.bytes` stops the flow with one line saying so: retrying
-cannot fix it, and dropping it would break "every failed record reaches the dead-letter
-topic with its original bytes, or stops the flow".
+for good (larger than its `max.message.bytes`, not authorised, a record the topic cannot
+take such as a null key on a compacted topic, the topic gone) stops the flow with one line
+saying so: retrying cannot fix it, and dropping it would break "every failed record
+reaches the dead-letter topic with its original bytes, or stops the flow".
 """
 
 from __future__ import annotations
@@ -30,6 +31,26 @@ from sinks.resources import locked_cache
 logger = logging.getLogger(__name__)
 
 _TOO_LARGE = (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE)
+_TRANSIENT = frozenset({
+    KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE,
+    KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION, KafkaError.BROKER_NOT_AVAILABLE,
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    KafkaError.KAFKA_STORAGE_ERROR, KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+})  # fmt: skip
+"""Delivery errors a later attempt can pass: the broker or the network away, a leader or
+in-sync replicas missing. A delivery report's `retriable()` cannot say so: the client
+builds the report's error from its code alone, so the flag is False even for a timeout;
+and librdkafka has already retried what it retries itself (until `message.timeout.ms`)."""
+_HINTS = {
+    KafkaError.INVALID_RECORD: "a compacted topic refuses a record without a key",
+    KafkaError.INVALID_MSG: "a compacted topic refuses a record without a key",
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "grant the producer WRITE on the topic",
+    KafkaError.UNKNOWN_TOPIC_OR_PART: "the topic was deleted? create it",
+    KafkaError._UNKNOWN_TOPIC: "the topic was deleted? create it",
+}
 RETRY_INITIAL_S = 0.1
 RETRY_MAX_S = 10.0
 _PRODUCER_DEFAULTS = {"linger.ms": 5, "message.max.bytes": 1_000_000_000, "compression.type": "lz4"}
@@ -56,11 +77,12 @@ class DeadLetterProducer:
         """Produce `letters` and block until all are confirmed (retrying failed ones).
 
         Transient broker errors are retried with backoff, holding back the commit, forever
-        or for DLQ_RETRY_BUDGET_S. A record the topic refuses as too large
-        (`max.message.bytes`) is produced again alone, by a producer of its own (it may
-        only have shared a batch with others, this thread's or another's); refused alone,
-        it stops the flow (DeadLetterDeliveryError naming DLQ_TOPIC, the record and the
-        limit). A record too large for any producer (over
+        or for DLQ_RETRY_BUDGET_S. A record the topic refuses for good (`_final`: too large
+        for its `max.message.bytes`, not authorised, invalid for the topic, the topic gone)
+        is produced again alone, by a producer of its own (it may only have shared a
+        batch with others, this thread's or another's); refused alone, it stops the flow
+        (DeadLetterDeliveryError naming DLQ_TOPIC, the record and the broker's reason, or
+        the limit). A record too large for any producer (over
         librdkafka's 1 GB message.max.bytes) is sent without its value, with a header
         naming where the original is: never dropped, never a crash loop.
         """
@@ -70,26 +92,26 @@ class DeadLetterProducer:
         """`send()` within the budget `retries` already counts."""
         pending = list(letters)
         oversized: set[int] = set()
-        # After a size refusal: one record per request, to find the culprit, through a
-        # producer no other thread shares (in the shared one another thread's letter may
-        # share the broker's batch, and its refusal would name the wrong record).
+        # After a refusal for good: one record per request, to find the culprit, through a
+        # producer no other thread shares (the broker refuses a whole batch, and in the
+        # shared producer another thread's letter may share it: the wrong record is named).
         alone: Producer | None = None
         try:
             while pending:
                 failed: list[Failed] = []
                 for dl in pending:
                     self._produce(dl, failed, oversized, retries=retries, producer=alone)
-                    if alone is not None:  # refused alone: larger than the topic accepts
+                    if alone is not None:  # refused alone: this record is the culprit
                         self._confirm(retries, alone)
-                        if failed and failed[-1][0] is dl and failed[-1][1].code() in _TOO_LARGE:
-                            raise self._refused_as_too_large(dl, oversized)
+                        if failed and failed[-1][0] is dl and _final(failed[-1][1]):
+                            raise self._refused(dl, failed[-1][1], oversized)
                 self._confirm(retries, alone)
                 if not failed:
                     break
                 pending = [dl for dl, _ in failed]
-                if alone is None and any(err.code() in _TOO_LARGE for _, err in failed):
+                if alone is None and any(_final(err) for _, err in failed):
                     alone = Producer({**self._conf, "linger.ms": 0})
-                    if all(err.code() in _TOO_LARGE for _, err in failed):
+                    if all(_final(err) for _, err in failed):
                         self._check_stopping(f"delivery failed: {failed[0][1]}")
                         continue  # not transient: alone at once, named even past the budget
                 self._check_budget(retries, f"delivery failed: {failed[0][1]}")
@@ -161,6 +183,19 @@ class DeadLetterProducer:
             while producer.flush(30):
                 progress.beat()
                 self._check_budget(retries, "deliveries stay unconfirmed")
+
+    def _refused(
+        self, dl: DeadLetter, err: KafkaError, oversized: set[int]
+    ) -> DeadLetterDeliveryError:
+        """The broker refused this record alone, for good."""
+        if err.code() in _TOO_LARGE:
+            return self._refused_as_too_large(dl, oversized)
+        hint = _HINTS.get(err.code())
+        return DeadLetterDeliveryError(
+            f"DLQ_TOPIC: topic {self._topic} refused the dead letter of {dl.record.where} "
+            f"for good: {err.str()} ({err.name()}{f'; {hint}' if hint else ''}); nothing "
+            "past this record is committed"
+        )
 
     def _refused_as_too_large(self, dl: DeadLetter, oversized: set[int]) -> DeadLetterDeliveryError:
         """The broker refused this record alone as larger than the topic accepts."""
@@ -278,6 +313,13 @@ class DeadLetterProducer:
         `produce()` queued since the last `confirm()` was never committed, and Bytewax also
         calls close() while unwinding after an error, when waiting on the broker would only
         delay the stop."""
+
+
+def _final(err: KafkaError) -> bool:
+    """Whether the topic refused a letter for good, so that producing it again cannot
+    help: librdkafka's classification (fatal, retriable) where a report carries it, else
+    any error that is not `_TRANSIENT`."""
+    return err.fatal() or not (err.retriable() or err.code() in _TRANSIENT)
 
 
 @locked_cache

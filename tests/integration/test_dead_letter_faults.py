@@ -1,6 +1,6 @@
-"""The dead-letter topic refusing a dead letter as too large: the flow stops, nothing is
-committed past the undelivered dead letter, and once the topic accepts it a rerun
-finishes."""
+"""The dead-letter topic refusing a dead letter for good (too large, or invalid for the
+topic): the flow stops, nothing is committed past the undelivered dead letter, and once
+the topic accepts it a rerun finishes."""
 
 from __future__ import annotations
 
@@ -81,3 +81,35 @@ def test_dead_letter_over_the_topic_limit_stops_the_flow_until_the_limit_is_rais
     assert [(m.key(), m.value()) for m in letters] == [(b"bad", b"{not json")]
     assert count_docs(es, topic) == 2
     assert committed_offsets(services.kafka, topic, topic) == {0: 3}
+
+
+def test_dead_letter_a_compacted_topic_refuses_stops_the_flow_naming_the_reason(
+    services, es, names, tmp_path
+):
+    """A compacted topic refuses a record without a key for good (INVALID_RECORD), and a
+    dead letter keeps the original null key: it was produced again forever, every commit
+    held back. It now stops the flow with one line naming DLQ_TOPIC, the record and the
+    broker's reason, nothing committed past it."""
+    topic, dlq = names("src"), names("dlq")
+    create_topic(services.kafka, topic)
+    create_topic(services.kafka, dlq, config={"cleanup.policy": "compact"})
+    produce(services.kafka, topic, [(b"good-1", b'{"a": 1}'), (None, b"{bad"), (b"good-2", b"{}")])
+    env = {
+        "KAFKA_TOPICS": topic,
+        "KAFKA_GROUP_ID": topic,
+        "DLQ_TOPIC": dlq,
+        "ERRORS_TOLERANCE": "all",
+    }
+    log = tmp_path / "flow.log"
+    proc = start_flow(services, env, log=log)
+    try:
+        status = proc.wait(90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the flow kept producing a dead letter the topic can never accept")
+    out = log.read_text()
+    assert status != 0, out[-3000:]
+    assert f"DLQ_TOPIC: topic {dlq} refused the dead letter of {topic}/0@1 for good: " in out
+    assert "(INVALID_RECORD; a compacted topic refuses a record without a key)" in out
+    assert committed_offsets(services.kafka, topic, topic)[0] <= 1, "committed past it"
+    assert consume_all(services.kafka, dlq, timeout=2) == []

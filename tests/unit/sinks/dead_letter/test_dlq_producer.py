@@ -327,3 +327,80 @@ def test_dead_letters_have_their_own_budget_and_full_jitter_backoff(monkeypatch)
     assert all(0 <= s <= c for s, c in zip(sleeps, caps, strict=True))
     assert max(sleeps) > 5.0  # doubling reaches the 10 s cap
     assert not failing.failing()
+
+
+class RefusingBroker(BatchLimitProducer):
+    """Like a compacted topic: a request holding a record without a key is refused whole,
+    for good (INVALID_RECORD), however often it is produced."""
+
+    def flush(self, timeout: float) -> int:
+        if self.queued:
+            self.requests.append([m["value"] for _, m in self.queued])
+        bad = any(m["key"] is None for _, m in self.queued)
+        err = KafkaError(KafkaError.INVALID_RECORD, "Broker: Broker failed to validate record")
+        for cb, m in self.queued:
+            if not bad:
+                self.sent.append(m)
+            cb(err if bad else None, None)
+        self.queued.clear()
+        return 0
+
+
+def _no_backoff(seconds: float) -> None:
+    raise AssertionError(f"a refusal for good was retried as transient (backoff {seconds:.1f}s)")
+
+
+def test_a_letter_the_topic_refuses_for_good_stops_the_flow_naming_the_reason(monkeypatch):
+    """Not produced again forever: once more alone, to name the culprit, then one line."""
+    fake: list[FakeProducer] = []
+    monkeypatch.setattr(PRODUCER, lambda conf: fake.append(RefusingBroker(conf)) or fake[-1])
+    producer = dlq_producer({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq"}, FakeClock(_no_backoff))
+    keyless = DeadLetter(Record("t", 2, 5, None, None, b"{bad"), "deserialize", "E", "bad")
+    with pytest.raises(DeadLetterDeliveryError) as info:
+        producer.send([_letter(4, 10), keyless, _letter(6, 10)])
+    assert str(info.value) == (
+        "DLQ_TOPIC: topic dlq refused the dead letter of t/2@5 for good: Broker: Broker "
+        "failed to validate record (INVALID_RECORD; a compacted topic refuses a record "
+        "without a key); nothing past this record is committed"
+    )
+    assert [m["value"] for m in fake[1].sent] == [b"v" * 10]  # the one before it, alone
+    assert failing.failing()
+
+
+@pytest.mark.parametrize(
+    "code", [KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.UNKNOWN_TOPIC_OR_PART]
+)
+def test_other_refusals_for_good_stop_the_flow_too(monkeypatch, code):
+    class Refusing(FakeProducer):
+        def flush(self, timeout: float) -> int:
+            for cb, _err in self.reports:
+                cb(KafkaError(code), None)
+            self.reports.clear()
+            return 0
+
+    monkeypatch.setattr(PRODUCER, lambda conf: Refusing(conf))
+    producer = dlq_producer({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq"}, FakeClock(_no_backoff))
+    reason = KafkaError(code).name()
+    with pytest.raises(DeadLetterDeliveryError, match=rf"of t/2@8 for good: .*\({reason}"):
+        producer.send([SMALL])
+
+
+def test_a_delivery_timeout_is_retried_although_its_report_is_not_marked_retriable(monkeypatch):
+    """A report's error never carries librdkafka's retriable flag (the client builds it
+    from the code), so a broker away for `message.timeout.ms` must not read as final."""
+    assert not KafkaError(KafkaError._MSG_TIMED_OUT).retriable()
+
+    class TimesOutOnce(FlakyThenFine):
+        def flush(self, timeout: float) -> int:
+            if self.failures:
+                self.failures -= 1
+                for cb, _err in self.reports:
+                    cb(KafkaError(KafkaError._MSG_TIMED_OUT), None)
+                self.reports.clear()
+                return 0
+            return FakeProducer.flush(self, timeout)
+
+    fake: list[FakeProducer] = []
+    monkeypatch.setattr(PRODUCER, lambda conf: fake.append(TimesOutOnce(conf, 2)) or fake[-1])
+    dlq_producer({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq"}).send([SMALL])
+    assert len(fake) == 1 and fake[0].sent and not failing.failing()
