@@ -14,10 +14,10 @@ Here:
 - a partition without a snapshot or committed offset, of a group that has committed
   offsets for this flow's topics, appeared after the group began: it starts at its
   earliest offset even under KAFKA_AUTO_OFFSET_RESET=latest (`earliest_reason`).
-- VERSION=offset compares offsets, which only one partition orders (review finding F5):
-  partitions added to a topic stop the flow instead (`VERSION_FIX`), and a start refuses a
-  topic whose group offsets show the same, or a recreated topic
-  (`check_offsets_comparable`).
+- VERSION=offset compares offsets, which only one partition orders: unless every record
+  is its own document (DOC_ID=coordinates), a start refuses a topic of more than one
+  partition and partitions added while running stop the flow (`VERSION_FIX`); a start
+  also refuses a recreated or truncated topic (`check_offsets_comparable`).
 - a partition a recovery store holds but this run does not read (topic no longer
   configured) must still be listed, or Bytewax cannot resume (review finding F8): it
   becomes a `RetiredPartition`.
@@ -38,7 +38,7 @@ from typing import Literal, cast
 from bytewax.inputs import StatefulSourcePartition
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from flows import fencing, shutdown
+from flows import shutdown
 from flows.config import Settings
 from flows.errors import ConfigError
 from flows.recovery_store import SOURCE_KEY, stored_keys
@@ -48,9 +48,18 @@ from flows.topics import committed, find_topics
 logger = logging.getLogger(__name__)
 
 VERSION_FIX = (
-    "offsets of different partitions are not comparable, a key that moved would lose its "
-    "newer writes; use VERSION=none or VERSION=header:<name>"
+    "offsets of different partitions are not comparable: a key written to two partitions "
+    "(a producer's choice, or partitions added) can have its newer write lose to an older "
+    "one with a higher offset; use VERSION=none or VERSION=header:<name>, or "
+    "DOC_ID=coordinates (a document per record)"
 )
+
+
+def offsets_compared_across_partitions(settings: Settings) -> bool:
+    """VERSION=offset with ids a key shares across partitions (DOC_ID=key): the versions
+    of one document may then come from two partitions' offsets."""
+    return settings.version == "offset" and settings.doc_id != "coordinates"
+
 
 Partitions = Mapping[str, Sequence[int]]
 
@@ -169,13 +178,15 @@ def _act(settings: Settings, ex: _Execution, change: Change) -> bool:
     """Stop for a restart (True), stop for good under VERSION=offset (True), or only say
     what appeared when this process cannot restart itself (False)."""
     what = change.describe()
-    if settings.version == "offset" and change.partitions:
-        ex.fatal = (
-            f"VERSION=offset: partitions were added to topic {', '.join(change.partitions)}; "
-            f"{VERSION_FIX}"
-        )
-        shutdown.request(f"{ex.fatal}; stopping")
-        return True
+    if offsets_compared_across_partitions(settings):
+        # Partitions added, or a new topic (KAFKA_TOPICS_REGEX) the start would refuse.
+        wide = {t: ps for t, ps in change.topics.items() if len(ps) > 1}
+        if change.partitions or wide:
+            spread = [f"partitions were added to topic {t}" for t in change.partitions]
+            spread += [f"topic {t} appeared with {len(ps)} partitions" for t, ps in wide.items()]
+            ex.fatal = f"VERSION=offset: {'; '.join(spread)}; {VERSION_FIX}"
+            shutdown.request(f"{ex.fatal}; stopping")
+            return True
     if settings.stop_at_end or restart_argv() is None:
         why = "KAFKA_STOP_AT_END" if settings.stop_at_end else "not started by bytewax.run"
         logger.warning(
@@ -277,69 +288,60 @@ def earliest_reason(
 
 
 def check_offsets_comparable(settings: Settings, found: Partitions) -> None:
-    """VERSION=offset: refuse to start on a topic whose offsets no longer order the writes
-    to one document: partitions added since the group committed (a key may have moved to a
-    partition whose offsets start lower), or a committed offset above the log end (the
-    topic was recreated or truncated, its new offsets start lower). Once per execution."""
+    """`offsets_comparable`, once per execution."""
     if settings.version != "offset":
         return
     with _lock:
         ex = _executions.setdefault(settings, _Execution())
         if ex.checked:
             return
+    offsets_comparable(settings, found)
+    with _lock:
+        ex.checked = True
+
+
+def offsets_comparable(settings: Settings, found: Partitions) -> None:
+    """VERSION=offset: refuse topics whose offsets do not order the writes to one
+    document: more than one partition (unless DOC_ID=coordinates), or a committed offset
+    above the log end (the topic was recreated or truncated, its new offsets start
+    lower). ConfigError naming VERSION and the topic."""
+    if settings.version != "offset":
+        return
+    if offsets_compared_across_partitions(settings):
+        for topic, parts in found.items():
+            if len(parts) > 1:
+                msg = (
+                    f"VERSION: topic {topic} has {len(parts)} partitions and VERSION=offset "
+                    f"with DOC_ID={settings.doc_id}; {VERSION_FIX}"
+                )
+                raise ConfigError(msg)
     overrides = {"group.id": settings.group_id, "enable.auto.commit": "false"}
     consumer = Consumer(settings.librdkafka(None, **overrides))
     try:
         _check_offsets(consumer, settings.group_id, found)
     finally:
         consumer.close()
-    with _lock:
-        ex.checked = True
 
 
 _PARTITIONS = "es-sink partitions="
 
 
 def commit_metadata(settings: Settings, topic: str) -> str:
-    """What a commit of `topic` carries: its partition count as this execution listed it."""
+    """What a commit of `topic` carries: its partition count as this execution listed it,
+    a record of the topic's shape for whoever reads the group's offsets."""
     parts = (listed(settings) or {}).get(topic)
     return f"{_PARTITIONS}{len(parts)}" if parts else ""
 
 
-def _committed_count(tp: TopicPartition) -> int | None:
-    """The partition count a commit carries (fencing may add its fields after it)."""
-    count = fencing.metadata_fields(tp.metadata).get("partitions", "")
-    return int(count) if count.isdigit() else None
-
-
 def _check_offsets(consumer: Consumer, group: str, found: Partitions) -> None:
     tps = [TopicPartition(t, p) for t, ps in found.items() for p in ps]
-    answers = committed(consumer, tps)
-    for topic, parts in found.items():
-        mine = [tp for tp in answers if tp.topic == topic and tp.offset >= 0]
-        counts = [n for n in map(_committed_count, mine) if n is not None]
-        if counts and max(counts) < len(parts):
-            msg = (
-                f"VERSION: topic {topic} has {len(parts)} partitions, {max(counts)} when group "
-                f"{group} last committed (partitions were added); {VERSION_FIX}"
-            )
-            raise ConfigError(msg)
-        without = sorted(set(parts) - {tp.partition for tp in mine})
-        if mine and without and not counts:  # commits made before the count was recorded
-            logger.warning(
-                "VERSION=offset: topic %s has partitions %s without a committed offset of "
-                "group %s; if partitions were added since, their offsets do not order the "
-                "writes to a document that moved (%s)",
-                topic,
-                _ints(without),
-                group,
-                VERSION_FIX,
-            )
-        for tp in mine:
-            _, high = consumer.get_watermark_offsets(tp, timeout=30)
-            if tp.offset > high:
-                origin = f"group {group} committed offset"
-                raise above_log_end(topic, tp.partition, tp.offset, origin, high)
+    for tp in committed(consumer, tps):
+        if tp.offset < 0:
+            continue
+        _, high = consumer.get_watermark_offsets(tp, timeout=30)
+        if tp.offset > high:
+            origin = f"group {group} committed offset"
+            raise above_log_end(tp.topic, tp.partition, tp.offset, origin, high)
 
 
 def above_log_end(topic: str, partition: int, offset: int, origin: str, high: int) -> ConfigError:

@@ -91,7 +91,8 @@ def run_checks(settings: Settings, timeout: float = common.KAFKA_TIMEOUT_S) -> R
         return f"Kafka at {settings.bootstrap_servers}: {len(meta)} topics"
 
     if report.run("kafka", kafka):
-        report.run("topics", lambda: _topics(settings, found))
+        if report.run("topics", lambda: _topics(settings, found)) and settings.version == "offset":
+            report.run("versions", lambda: _versions(settings, found))
         report.run("group", lambda: _group(settings))
         if settings.dlq_topic:
             report.run("dead-letter topic", lambda: _dead_letter_topic(settings, meta))
@@ -129,6 +130,15 @@ def _topics(settings: Settings, out: dict[str, list[int]]) -> str:
     out.update(found)
     parts = ", ".join(f"{t} ({len(ps)})" for t, ps in found.items())
     return f"topics (partitions): {parts}"
+
+
+def _versions(settings: Settings, found: dict[str, list[int]]) -> str:
+    """The source's start refusal of topics whose offsets do not order a document's writes."""
+    from flows.discovery import offsets_comparable
+
+    offsets_comparable(settings, found)
+    per = "one partition per topic" if settings.doc_id == "key" else "DOC_ID=coordinates"
+    return f"VERSION=offset: offsets order the writes to each document ({per})"
 
 
 def _group(settings: Settings) -> str:

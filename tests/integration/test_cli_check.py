@@ -124,3 +124,17 @@ def test_an_invalid_setting_is_one_line(services) -> None:
     assert run.stderr.strip() == (
         "es-sink: configuration error: BULK_MAX_ACTIONS: must be at least 1, got 0"
     )
+
+
+def test_version_offset_on_a_topic_of_two_partitions_is_a_problem(services, names) -> None:
+    """The source refuses to start on it; `check` says so before."""
+    topic = names("chk-ver")
+    create_topic(services.kafka, topic, 2)
+    env = {"KAFKA_TOPICS": topic, "VERSION": "offset"}
+    run = run_cli(services, env, "check", "--json")
+    assert run.exit_code == 1, run.stdout
+    versions = _checks(run)["versions"]
+    assert not versions["ok"]
+    assert versions["detail"].startswith(f"VERSION: topic {topic} has 2 partitions")
+    run = run_cli(services, {**env, "DOC_ID": "coordinates"}, "check", "--json")
+    assert _checks(run)["versions"]["ok"], run.stdout

@@ -320,7 +320,7 @@ def test_version_offset_stops_when_partitions_are_added_while_running(
     # Nor does it start again until VERSION changes.
     run = run_flow(services, env)
     assert run.returncode != 0
-    assert f"VERSION: topic {topic} has 2 partitions, 1 when group {topic} last" in run.output
+    assert f"VERSION: topic {topic} has 2 partitions and VERSION=offset" in run.output
     assert "Traceback" not in run.output
     assert run_flow(services, {**env, "VERSION": "none"}).returncode == 0
     assert search_all(es, topic)["x"]["v"] == 101
@@ -338,7 +338,7 @@ def test_version_offset_refuses_a_topic_that_got_partitions_while_stopped(servic
 
     run = run_flow(services, env)
     assert run.returncode != 0, run.output  # before: exit 0 with x at v100, the 409 "done"
-    assert f"VERSION: topic {topic} has 2 partitions, 1 when group {topic} last" in run.output
+    assert f"VERSION: topic {topic} has 2 partitions and VERSION=offset" in run.output
     assert "Traceback" not in run.output
     assert search_all(es, topic)["x"]["v"] == 100
 

@@ -57,29 +57,72 @@ class _Committed:
         return 0, self._high
 
 
-def test_version_offset_start_refuses_partitions_added_since_the_last_commit():
-    from flows.discovery import _check_offsets
+def _settings(**env: str):
+    from flows.config import Settings
+
+    return Settings.load({"KAFKA_TOPICS": "t", "VERSION": "offset", **env})
+
+
+def test_version_offset_start_refuses_a_topic_of_more_than_one_partition():
+    """Whatever the group committed: a key written to two partitions compares offsets
+    that do not order its writes."""
+    from flows.discovery import offsets_comparable
     from flows.errors import ConfigError
 
-    consumer = _Committed({0: (10, "es-sink partitions=1")})
-    with pytest.raises(ConfigError, match="has 2 partitions, 1 when group g last committed"):
-        _check_offsets(consumer, "g", {"t": [0, 1]})
+    with pytest.raises(ConfigError, match=r"^VERSION: topic t has 2 partitions and VERSION=offset"):
+        offsets_comparable(_settings(), {"t": [0, 1]})
 
 
-def test_version_offset_start_accepts_an_offset_that_expired_or_was_never_committed():
-    """A partition idle past offsets.retention.minutes has no offset any more: that is not
-    a partition added (review of issue 9: it used to refuse every start from then on)."""
-    from flows.discovery import _check_offsets
+def test_version_offset_with_ids_per_partition_accepts_many_partitions_and_added_ones(
+    monkeypatch,
+):
+    """DOC_ID=coordinates: a document per record, whose versions come from one partition."""
+    from flows import discovery
 
-    _check_offsets(_Committed({0: (10, "es-sink partitions=2")}), "g", {"t": [0, 1]})
-    _check_offsets(_Committed({0: (10, "")}), "g", {"t": [0, 1]})  # commits without a count
-    _check_offsets(_Committed({}), "g", {"t": [0, 1]})
+    checked: list[object] = []
+    monkeypatch.setattr(discovery, "Consumer", lambda conf: _Closing(checked))
+    settings = _settings(DOC_ID="coordinates")
+    discovery.offsets_comparable(settings, {"t": [0, 1, 2]})
+    assert checked == ["closed"]  # the log-end check still ran
+    assert not discovery.offsets_compared_across_partitions(settings)
+    assert discovery.offsets_compared_across_partitions(_settings())
 
 
-def test_version_offset_start_refuses_an_offset_above_the_log_end():
-    from flows.discovery import _check_offsets
-    from flows.errors import ConfigError
+class _Closing(_Committed):
+    def __init__(self, log: list[object]) -> None:
+        super().__init__({})
+        self._log = log
 
-    consumer = _Committed({0: (500, "es-sink partitions=1")}, high=10)
-    with pytest.raises(ConfigError, match="committed offset 500 is above the log end 10"):
-        _check_offsets(consumer, "g", {"t": [0]})
+    def close(self) -> None:
+        self._log.append("closed")
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (Change(partitions={"t": [1]}), "partitions were added to topic t"),
+        (Change(topics={"u": [0, 1]}), "topic u appeared with 2 partitions"),  # regex
+    ],
+)
+def test_version_offset_stops_the_flow_when_a_topic_spreads_over_partitions_while_running(
+    monkeypatch, change, named
+):
+    from flows import discovery, shutdown
+
+    requested: list[str] = []
+    monkeypatch.setattr(shutdown, "request", lambda why, **_: requested.append(why))
+    monkeypatch.setattr(discovery, "restart_argv", lambda: ["flow"])
+    ex = discovery._Execution()
+    assert discovery._act(_settings(), ex, change)
+    assert ex.fatal == f"VERSION=offset: {named}; {discovery.VERSION_FIX}"
+    assert requested == [f"{ex.fatal}; stopping"] and not ex.restart
+
+
+def test_version_offset_with_ids_per_partition_restarts_for_added_partitions(monkeypatch):
+    from flows import discovery, shutdown
+
+    monkeypatch.setattr(shutdown, "request", lambda why, **_: None)
+    monkeypatch.setattr(discovery, "restart_argv", lambda: ["flow"])
+    ex = discovery._Execution()
+    assert discovery._act(_settings(DOC_ID="coordinates"), ex, Change(partitions={"t": [1]}))
+    assert ex.fatal is None and ex.restart

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from flows import discovery, fencing, halt, shutdown
+from flows import fencing, halt, shutdown
 from flows.config import Settings
 from flows.fencing import Owner, metadata_fields
 from flows.source import KafkaSourcePartition
@@ -100,8 +100,6 @@ def test_the_metadata_keeps_the_partition_count_readable() -> None:
     for lease in ("inf", "nan", "1e12", "0", "-5"):  # garbled or foreign: no owner to wait on
         assert Owner.parse(meta.replace("lease=", f"lease={lease} old=")) is None, lease
     assert metadata_fields("something else") == {}
-    for text, count in (("es-sink partitions=4", 4), (meta, 4), ("", None), ("x", None)):
-        assert discovery._committed_count(TopicPartition("t", 0, 1, text)) == count
 
 
 def test_owners_are_ordered_by_generation_then_start_then_token() -> None:
