@@ -144,6 +144,17 @@ class WorkerConsumer:
         self.consumer.incremental_assign([tp])
         self._assigned[(tp.topic, tp.partition)] = tp.offset
 
+    def move(self, tp: TopicPartition) -> None:
+        """Fetch an assigned partition from `tp.offset` on. Assigned again: librdkafka stops
+        fetching a partition whose position left the log (`auto.offset.reset=error`) and
+        refuses to `seek` it then (`_STATE`). A held partition stays paused."""
+        key = (tp.topic, tp.partition)
+        self.consumer.incremental_unassign([TopicPartition(*key)])
+        self.consumer.incremental_assign([tp])
+        self._assigned[key] = tp.offset
+        if key in self._held:
+            self.consumer.pause([TopicPartition(*key)])
+
     def leave(self, key: Key, on_commit: CommitHandler) -> None:
         """Stop fetching the partition `on_commit`'s owner joined with and forget its queue
         (not if another owner took it over); the last to leave closes the consumer."""

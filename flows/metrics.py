@@ -16,4 +16,9 @@ RECORDS_IN = Counter("es_sink_records_in", "Kafka records read by the flow")
 CONSUMER_LAG = Gauge(
     "es_sink_consumer_lag", "Log end offset minus next offset to read", ["topic", "partition"]
 )
+DELETED_UNREAD = Counter(
+    "es_sink_offsets_deleted_unread",
+    "Offsets the broker deleted (retention, DeleteRecords) before the flow read them",
+    ["topic", "partition"],
+)
 PAUSED = Gauge("es_sink_paused", "1 while an operator paused reading Kafka (PUT /pause)")

@@ -140,7 +140,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                     "group.id": settings.group_id,
                     "enable.auto.commit": "false",
                     "enable.auto.offset.store": "false",
-                    "auto.offset.reset": settings.auto_offset_reset,
+                    # Every partition is assigned at an explicit offset, so librdkafka's
+                    # reset would only act on a position that left the log while running
+                    # (`latest` would skip to the end): `_back_in_log` decides instead.
+                    "auto.offset.reset": "error",
                     "enable.partition.eof": "false",
                 },
             )
@@ -179,24 +182,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         else:
             reset = low if settings.auto_offset_reset == "earliest" else high
             start, origin = reset, f"auto.offset.reset={settings.auto_offset_reset}"
-        if start > high:
-            # The topic was recreated or truncated: its offsets began again, and what it
-            # holds now is new. Reading from `start` would skip it (or, under
-            # KAFKA_STOP_AT_END, end at once and commit past it).
-            if settings.version == "offset":
-                raise discovery.above_log_end(topic, partition, start, origin, high)
-            logger.warning(
-                "source %s/%d: offset %d (%s) is above the log end %d (topic recreated or "
-                "truncated?); reading it from its earliest offset %d",
-                topic, partition, start, origin, high, low,
-            )  # fmt: skip
-            start = low
-        if start < low:
-            logger.warning(
-                "source %s/%d: offset %d (%s) is gone (retention); the earliest is %d",
-                topic, partition, start, origin, low,
-            )  # fmt: skip
-            start = low
+        self._version_offset = settings.version == "offset"
+        start = self._in_log(start, origin, low, high)
         self._next = start
         self._end = high
         self._pending: int | None = None
@@ -221,6 +208,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         # The offset after the last record emitted; the processor examines it later (F1).
         self._emitted = self._next
         halt.start(topic, partition, self._next)
+        self._out_of_log: int | None = None  # the broker's position that left the log
         self._paused = False  # PUT /pause reached this partition (flows.control)
         self._stalled = False  # not fetched (`_stall`)
         self.last_error: tuple[float, str] | None = None
@@ -267,6 +255,9 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         if self._fence is not None and self._fence.waiting():
             self._stall(True)
             self._awake = datetime.now(UTC) + _FENCE_RETRY
+            return []
+        if self._out_of_log is not None and not self._back_in_log():
+            self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
         self._paused = control.paused  # PUT /pause (flows.control); read once
         self._stall(self._paused)
@@ -360,6 +351,57 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         if position > self._next:
             self._next = position
 
+    def _in_log(self, offset: int, origin: str, low: int, high: int) -> int:
+        """Where to read from, for `offset` (`origin` says whence it came) and a log that
+        holds offsets `low` to `high`: at start and when the position leaves the log while
+        running (`_back_in_log`)."""
+        topic, partition = self._key
+        if offset > high:
+            # The topic was recreated or truncated: its offsets began again, and what it
+            # holds now is new. Reading from `offset` would skip it (or, under
+            # KAFKA_STOP_AT_END, end at once and commit past it).
+            if self._version_offset:
+                raise discovery.above_log_end(topic, partition, offset, origin, high)
+            logger.warning(
+                "source %s/%d: offset %d (%s) is above the log end %d (topic recreated or "
+                "truncated?); reading it from its earliest offset %d",
+                topic, partition, offset, origin, high, low,
+            )  # fmt: skip
+            return low
+        if offset < low:
+            logger.warning(
+                "source %s/%d: offset %d (%s) is gone: the broker deleted offsets %d to %d "
+                "(retention, DeleteRecords) before they were read; reading on from the "
+                "earliest, %d",
+                topic, partition, offset, origin, offset, low - 1, low,
+            )  # fmt: skip
+            metrics.DELETED_UNREAD.labels(topic, str(partition)).inc(low - offset)
+            return low
+        return offset
+
+    def _back_in_log(self) -> bool:
+        """The broker answered that the position `_out_of_log` is outside the log (retention
+        or DeleteRecords passed it while the partition was paused, held or lagging; a
+        truncation): fetch on per `_in_log`. Not before the processor has examined every
+        record emitted, since the snapshot then follows the new position."""
+        assert self._out_of_log is not None
+        key = self._key
+        if halt.EXAMINED.get(key, self._emitted) < self._emitted:
+            return False
+        tp = TopicPartition(*key)
+        try:
+            low, high = self._consumer.get_watermark_offsets(tp, timeout=30)
+        except KafkaException as e:  # the broker away: ask again on the next read
+            self.last_error = (time.time(), f"offset out of range, log start and end: {e}")
+            return False
+        offset = self._in_log(self._out_of_log, "read position", low, high)
+        self._shared.move(TopicPartition(*key, offset))
+        self._out_of_log = None
+        self._next = self._emitted = offset
+        self._end = min(self._end, high)  # a truncated log never reaches its old end
+        halt.start(*key, offset)
+        return True
+
     def _commit(self, offset: int, final: bool, release: bool = False) -> None:
         """Commit `offset`; `_committed` moves only when Kafka confirms (`_on_commit`), so a
         failed commit is queued again by the next snapshot. `release`: the last commit."""
@@ -419,6 +461,11 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         if err is None:
             return True
         self.last_error = (time.time(), str(err))
+        if err.code() == KafkaError._AUTO_OFFSET_RESET:  # see `_back_in_log`
+            offset = msg.offset()
+            self._out_of_log = offset if offset is not None and offset >= 0 else self._next
+            logger.warning("source %s/%d: %s", self._topic, self._partition, err)
+            return False
         if err.code() == KafkaError._PARTITION_EOF or err.retriable():
             logger.warning("source %s/%d: %s (retrying)", self._topic, self._partition, err)
             return False

@@ -207,6 +207,42 @@ def test_pause_holds_reading_while_what_was_read_is_written_and_committed(
     assert docs["aggregations"]["n"]["value"] == 3500
 
 
+def test_a_pause_outlasting_retention_reads_on_from_the_log_start_not_its_end(
+    services: Services, api_flow: Callable[..., ApiFlow], es: Any, names: Callable[[str], str]
+) -> None:
+    """Retention (here DeleteRecords) passes a paused partition's position. Under
+    KAFKA_AUTO_OFFSET_RESET=latest librdkafka moved the position to the log end on resume:
+    k1500..k1999, still in Kafka, were skipped and committed past without a word. Only
+    what the broker deleted is gone now, and the flow says so."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = names("api-retention")
+    create_topic(services.kafka, topic, 1)
+    group = Consumer({"bootstrap.servers": services.kafka, "group.id": f"g-{topic}"})
+    group.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)  # not a new group
+    group.close()
+    produce(services.kafka, topic, numbered(0, 1000))
+    flow = api_flow({"KAFKA_AUTO_OFFSET_RESET": "latest"}, topic=topic)
+    wait_for(lambda: committed_everything(services, flow), 120, "the first 1000 records")
+    assert call("PUT", f"{flow.url}/pause") == (200, {"state": "paused"})
+    wait_for(lambda: flow.status()["partitions"][0]["paused"], 10, "the partition to pause")
+    produce(services.kafka, topic, numbered(1000, 1000))
+    admin = AdminClient({"bootstrap.servers": services.kafka})
+    for fut in admin.delete_records([TopicPartition(topic, 0, 1500)]).values():
+        fut.result(30)
+    assert call("PUT", f"{flow.url}/resume") == (200, {"state": "running"})
+    produce(services.kafka, topic, numbered(2000, 10))
+    wait_for(lambda: committed_everything(services, flow), 120, "every record after resume")
+    wait_for(lambda: count_docs(es, flow.index) >= 1510, 30, "the documents after resume")
+    assert count_docs(es, flow.index) == 1510, "skipped records the broker still held"
+    assert not es.exists(index=flow.index, id="k1499") and es.exists(index=flow.index, id="k1500")
+    out = flow.output()
+    assert "offset 1000 (read position) is gone: the broker deleted offsets 1000 to 1499" in out
+    _, text = call("GET", f"{flow.url}/metrics")
+    assert f'es_sink_offsets_deleted_unread_total{{partition="0",topic="{topic}"}} 500.0' in text
+
+
 def test_ready_follows_elasticsearch(services: Services, api_flow: Callable[..., ApiFlow]) -> None:
     proxy = Proxy(services.es_url)  # a relay the test can take down, like a stopped node
     try:

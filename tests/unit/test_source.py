@@ -244,3 +244,103 @@ def test_a_held_failure_in_another_partition_does_not_stop_this_one(part):
     assert part.snapshot() == 3
     part.next_batch()
     assert part._consumer.broker_committed == 3  # type: ignore[attr-defined]
+
+
+class RetentionConsumer(FakeConsumer):
+    """Its log can lose its head (retention, DeleteRecords) or its tail (truncation)
+    while the partition is not fetched: `leave_log` sets what the broker then holds, and
+    the next fetch answers as librdkafka does under auto.offset.reset=error."""
+
+    low = 0
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        super().__init__(conf)
+        self.conf = conf
+
+    def get_watermark_offsets(self, tp: TopicPartition, **_: Any) -> tuple[int, int]:
+        return self.low, self.end
+
+    def leave_log(self, low: int, end: int, position: int) -> None:
+        self.low, self.end = low, end
+        error = KafkaError(KafkaError._AUTO_OFFSET_RESET, "Broker: Offset out of range")
+        self.messages.append(Message(topic="t", partition=0, offset=position, error=error))
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        """Assigned again (`WorkerConsumer.move`): the log from the new offset."""
+        if self.messages:  # the source's first read: what the test left
+            return super().incremental_assign(tps)
+        start = tps[0].offset
+        self.messages = [
+            Message(topic="t", partition=0, offset=o, value=b"{}") for o in range(start, self.end)
+        ]
+
+
+@pytest.fixture
+def retention(monkeypatch: pytest.MonkeyPatch, make: Any) -> Any:
+    own_consumer(monkeypatch, RetentionConsumer)
+    return make
+
+
+def _deleted_unread() -> float:
+    from prometheus_client import REGISTRY
+
+    labels = {"topic": "t", "partition": "0"}
+    return REGISTRY.get_sample_value("es_sink_offsets_deleted_unread_total", labels) or 0.0
+
+
+def test_a_position_the_broker_deleted_reads_on_from_the_log_start_never_its_end(retention, caplog):
+    """KAFKA_AUTO_OFFSET_RESET=latest chooses where a new group starts, never where a
+    running partition goes: librdkafka's reset would jump to the log end and skip
+    offsets 10 to 12, which the broker still holds."""
+    part = retention(0, KAFKA_AUTO_OFFSET_RESET="latest")  # a snapshot at 0
+    consumer: RetentionConsumer = part._consumer  # type: ignore[assignment]
+    assert consumer.conf["auto.offset.reset"] == "error"
+    assert [m.offset() for m in read(part)] == [0, 1, 2]
+    before = _deleted_unread()
+    consumer.leave_log(low=10, end=13, position=3)
+    assert read(part) == []  # the broker's answer
+    assert [m.offset() for m in read(part)] == [10, 11, 12]
+    assert part.snapshot() == 13
+    assert "the broker deleted offsets 3 to 9 (retention, DeleteRecords) before they" in (
+        caplog.text
+    )
+    assert _deleted_unread() - before == 7
+
+
+def test_a_position_out_of_the_log_moves_only_once_the_processor_caught_up(retention):
+    """The snapshot follows the new position: records emitted before the broker's answer
+    must be examined first, or a snapshot could pass a failure about to be held."""
+    part = retention()
+    consumer: RetentionConsumer = part._consumer  # type: ignore[assignment]
+    consumer.leave_log(low=10, end=12, position=3)
+    batch = part.next_batch()
+    assert [m.offset() for m in batch] == [0, 1, 2]  # the answer came after them
+    assert part.next_batch() == []
+    assert part.snapshot() == 0  # not examined, not moved
+    Processor(Settings.load(SETTINGS), [], 1)(batch)
+    assert [m.offset() for m in read(part)] == [10, 11]
+    assert halt.EXAMINED[("t", 0)] == 12
+    assert part.snapshot() == 12
+
+
+def test_a_position_above_the_log_end_reads_from_its_start_or_stops_under_version_offset(
+    retention,
+):
+    """A truncated log (unclean leader election) re-uses offsets: what it holds now is
+    new. Under VERSION=offset those offsets would lose to the versions already indexed."""
+    from flows.errors import ConfigError
+
+    part = retention()
+    consumer: RetentionConsumer = part._consumer  # type: ignore[assignment]
+    read(part)
+    consumer.leave_log(low=0, end=2, position=3)
+    assert read(part) == []
+    assert [m.offset() for m in read(part)] == [0, 1]
+
+    part = retention(VERSION="offset")
+    consumer = part._consumer  # type: ignore[assignment]
+    read(part)
+    consumer.leave_log(low=0, end=2, position=3)
+    read(part)
+    with pytest.raises(ConfigError, match="read position 3 is above the log end 2"):
+        read(part)
