@@ -2,7 +2,7 @@
 
 Everything is compared with the ground truth (`chaos.truth`, from the broker's delivery
 reports), never with what the flow says about itself: each document by id, `_source`,
-`_version` (= the offset of its last good write, under VERSION=offset) and `_routing`
+`_version` (= the `seq` of its last good write, under VERSION=header:chaos-seq) and `_routing`
 (ES_ROUTING=key), dead letters by the coordinates in their `__connect.errors.*` headers.
 """
 
@@ -68,7 +68,8 @@ class Expect:
     """How the run was configured, hence what the audit may demand."""
 
     versioned: bool = True
-    """VERSION=offset: `_version` is the offset of the record that wrote the document."""
+    """VERSION=header:chaos-seq: `_version` is the `seq` of the record that wrote the
+    document (its place in the workload, in offset order per key)."""
     routed: bool = False
     """ES_ROUTING=key: a keyed document's `_routing` is its key."""
     strict: bool = False
@@ -163,8 +164,8 @@ def _mismatch(
     rec = truth.recs[seq]
     if hit.get("_source") != orjson.loads(rec.value or b""):
         return f"_source {_short(hit.get('_source'))} differs from record {seq}"
-    if expect.versioned and hit.get("_version") != rec.offset:
-        return f"_version {hit.get('_version')} != offset {rec.offset}"
+    if expect.versioned and hit.get("_version") != seq:
+        return f"_version {hit.get('_version')} != seq {seq}"
     if expect.routed and rec.key is not None and hit.get("_routing") != rec.key.decode():
         return f"_routing {hit.get('_routing')!r} != key {rec.key.decode()!r}"
     return None

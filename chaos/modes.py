@@ -7,7 +7,7 @@ SIGKILLs at random moments (`chaos.runner`). What differs:
 
 | mode | resume from | layouts | what else |
 | --- | --- | --- | --- |
-| `recovery` | a recovery store | 1w,3w,2p,1w,9w (rescaled) | VERSION=offset |
+| `recovery` | a recovery store | 1w,3w,2p,1w,9w (rescaled) | VERSION=header:chaos-seq |
 | `offsets` | group offsets | 2w,2p | 3% tombstones deleting, ES_ROUTING=key, 3 shards |
 | `grow` | group offsets | 2w,2p | 4 partitions, 4 added mid-run, VERSION=none |
 | `strict` | a recovery store | 2w,1w | ERRORS_TOLERANCE=none, bad records on one partition |
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from chaos.workload import NULL_KEY_SHARE, TOMBSTONE_SHARE
+from chaos.workload import NULL_KEY_SHARE, SEQ_HEADER, TOMBSTONE_SHARE
 
 EPOCH_S = 1
 RECOVERY_PARTITIONS = 2
@@ -116,7 +116,9 @@ def base_settings(
         "ES_HOSTS": es_url,
         "ES_INDEX": index,
         "DOC_ID": "key",
-        "VERSION": "offset",
+        # External versions from the record's place in the workload: offsets would do on
+        # one partition only (VERSION=offset refuses a topic of several with DOC_ID=key).
+        "VERSION": f"header:{SEQ_HEADER}",
         "ERRORS_TOLERANCE": "all",
         "DLQ_TOPIC": dlq,
         "TRANSFORMS": "chaos.transforms:explode",

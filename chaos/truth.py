@@ -1,7 +1,7 @@
 """The ground truth: which states of each document the records allow, between two offsets.
 
 Per document id, the good records that change it, in offset order (its *ops*): an index
-(the document becomes the record's JSON, `_version` = its offset under VERSION=offset) or,
+(the document becomes the record's JSON, `_version` = its `seq` under VERSION=header) or,
 with ON_NULL_VALUE=delete, a tombstone (the document disappears). Bad records and ignored
 tombstones change nothing. A document's ops all lie on one partition (a key never spans
 partitions, checked here; null-key documents are one record each).
