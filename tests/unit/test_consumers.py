@@ -149,6 +149,19 @@ def test_a_held_partition_is_not_fetched_and_its_queue_does_not_stop_the_others(
     assert [m.offset() for m in worker.take(("t", 0), 100)] == list(range(READY_BATCHES * 2))
 
 
+def test_a_partition_moved_is_assigned_again_and_stays_held(worker):
+    """librdkafka refuses to seek a partition whose position left the log; a new
+    assignment restarts its fetching, paused again if it was held."""
+    join(worker, 0), join(worker, 1)
+    worker.hold(("t", 0), True)
+    fake(worker).paused.clear()  # as if the new assignment started unpaused
+    worker.move(TopicPartition("t", 0, 1500))
+    assert fake(worker).assigned == {("t", 0): 1500, ("t", 1): 0}
+    assert fake(worker).paused == {("t", 0)}
+    worker.move(TopicPartition("t", 1, 7))
+    assert fake(worker).assigned[("t", 1)] == 7 and fake(worker).paused == {("t", 0)}
+
+
 def test_commit_answers_reach_the_partition_they_name(worker):
     a0, a1 = join(worker, 0), join(worker, 1)
     worker.commit(TopicPartition("t", 0, 5))
