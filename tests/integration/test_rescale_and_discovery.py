@@ -326,6 +326,38 @@ def test_version_offset_stops_when_partitions_are_added_while_running(
     assert search_all(es, topic)["x"]["v"] == 101
 
 
+def test_version_offset_stops_when_a_topic_of_two_partitions_appears_while_running(
+    services, es, names, tmp_path
+):
+    """KAFKA_TOPICS_REGEX: a new topic of several partitions, which the start refuses
+    under VERSION=offset with DOC_ID=key, was read after the restart as if it had one."""
+    first = names("voffrx")
+    create_topic(services.kafka, first)
+    produce(services.kafka, first, _versions(5))
+    env = {
+        "KAFKA_TOPICS_REGEX": re.escape(first[:-1]) + r"\d+",
+        "KAFKA_GROUP_ID": first,
+        "ES_INDEX": "{topic}",
+        "VERSION": "offset",
+    }
+    log = tmp_path / "flow.log"
+    proc = start_flow(services, {**_live(env), "KAFKA_AUTO_OFFSET_RESET": "earliest"}, log=log)
+    try:
+        wait_for(lambda: count_docs(es, first) == 1, 60, "the first topic's document")
+        second = names("voffrx")
+        create_topic(services.kafka, second, partitions=2)
+        try:
+            status = proc.wait(90)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running, reading {second}\n{log.read_text()[-3000:]}")
+    finally:
+        _kill(proc)
+    assert status != 0
+    assert f"VERSION=offset: topic {second} appeared with 2 partitions; offsets of" in (
+        log.read_text()
+    )
+
+
 def test_version_offset_refuses_a_topic_that_got_partitions_while_stopped(services, es, names):
     # The review's black-box test: x -> v1..v100, 2 partitions, x -> v101 on partition 1.
     topic = names("voffstop")
