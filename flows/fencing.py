@@ -14,21 +14,30 @@ writes, so they carry the ownership too. Every commit's metadata names its commi
   instances started at the same moment, fall back to `since`, then the token);
   `lease` is how long a successor must wait for this owner to notice it (2 epochs plus
   ES_REQUEST_TIMEOUT_S: one epoch to reach its next check, and its last bulk);
-  `released` (a final word) says the owner stopped cleanly after its last commit.
+  `released` (a final word) says the owner stopped cleanly after its last commit;
+  `waiting beat=<n>` says it announced itself and reads nothing yet, `n` counting its
+  re-announcements (one per epoch), so that an older owner can tell it still runs.
 - At start a partition re-commits the group's offset (unchanged) under its own name: that
   is the announcement. If the previous owner had not released the partition, the
   partition reads nothing for FENCE_WAIT_S (unset: the lease the owner advertised), so
-  that an owner still running sees the announcement at its next check and stops first.
+  that an owner still running sees the announcement at its next check and stops first;
+  it announces itself again each epoch of the wait, and once more, without `waiting`,
+  when it begins to read.
   A clean stop releases, so a restart does not wait; nor does a restart after a crash on
   the same host (`node` and `start` name the kernel boot, pid namespace and process start:
   no live process matches them). A crash elsewhere (another host, a container restarted
   in a new pid namespace) waits: nothing tells a dead owner from a silent one.
 - Once per epoch, before its commit (in the epoch's first `next_batch`, which Bytewax calls
   only after the previous epoch's sink flushes), a partition reads its committed metadata
-  (one `committed()` call): a newer owner ends the process at once with one line and
-  FENCED_EXIT_STATUS, committing and flushing nothing more; an older owner's commit (one
-  that raced the announcement) is overwritten by committing again, and a partition still
-  waiting starts its wait again; when the check fails (group coordinator away) the
+  (one `committed()` call): a newer owner that reads ends the process at once with one
+  line and FENCED_EXIT_STATUS, committing and flushing nothing more. A newer owner that
+  still waits may have died since its announcement (a failed rollout): the partition
+  holds (reads and commits nothing) and stops the process as soon as a re-announcement
+  shows the owner runs; when none comes within that owner's lease, or when the newer
+  owner released the partition (it stopped cleanly), the partition warns once and takes
+  it back: an aborted rollout does not leave nothing consuming. An older owner's commit
+  (one that raced the announcement) is overwritten by committing again, and a partition
+  still waiting starts its wait again; when the check fails (group coordinator away) the
   partition reads and commits nothing until a check succeeds.
 
 What this guarantees, and the timing it assumes: an older instance that runs its epochs
@@ -37,7 +46,9 @@ newer one reads, so it neither commits over the newer one nor overwrites its doc
 older instance frozen longer than the lease (SIGSTOP, a VM paused) may, when it thaws,
 finish the epoch it was in (at most one epoch of writes and one commit, which the newer
 owner's next check undoes) before its next check stops it; only external versioning
-(VERSION=offset or header) keeps such late writes from replacing newer documents.
+(VERSION=offset or header) keeps such late writes from replacing newer documents. If the
+newer owner has stopped cleanly meanwhile, the thawed one takes the partition back and
+reads on from its own position: what the newer one wrote is written again, in order.
 """
 
 from __future__ import annotations
@@ -101,6 +112,9 @@ class Owner:
     start: int = 0
     """The process's start time in clock ticks after boot (tells a reused pid apart)."""
     released: bool = False
+    waiting: bool = False
+    """Announced, not reading yet: it re-announces itself (`beat`) each epoch while alive."""
+    beat: int = 0
 
     @classmethod
     def parse(cls, metadata: str | None) -> Owner | None:
@@ -112,7 +126,7 @@ class Owner:
             return cls(
                 f["owner"], int(f["gen"]), int(f["since"]), float(f["lease"]),
                 f.get("host", "?"), int(f.get("pid", 0)), f.get("node", ""),
-                int(f.get("start", 0)), "released" in f,
+                int(f.get("start", 0)), "released" in f, "waiting" in f, int(f.get("beat", 0)),
             )  # fmt: skip
         except (KeyError, ValueError):
             return None
@@ -125,7 +139,9 @@ class Owner:
         )
         if self.node:
             out += f" node={self.node} start={self.start}"
-        return f"{out} released" if self.released else out
+        if self.released:
+            return f"{out} released"
+        return f"{out} beat={self.beat} waiting" if self.waiting else out
 
     def describe(self) -> str:
         """`<token> (host h, pid 7, generation 3) since <UTC time>` for log lines."""
@@ -194,7 +210,12 @@ class Verdict(Enum):
     OWNED = "owned"
     """Ours, or nobody's (no committed offset yet)."""
     TAKEN_BACK = "taken back"
-    """An older owner (or a commit without one) is there: commit again under our name."""
+    """Commit again under our name: an older owner (or a commit without one) is there, a
+    newer one released the partition or is gone, or our wait goes on (a re-announcement)
+    or just ended."""
+    HELD = "held"
+    """A newer owner that may have died since it announced itself: read and commit nothing
+    (`PartitionFence.holding`) until it shows that it runs, or its lease passes."""
     UNKNOWN = "unknown"
     """The check failed: read and commit nothing until it succeeds."""
 
@@ -207,15 +228,16 @@ class PartitionFence:
         has_offset = committed.offset >= 0
         self.previous = Owner.parse(committed.metadata) if has_offset else None
         gen = self.previous.gen + 1 if self.previous is not None else 1
-        self.owner = replace(_me(), gen=gen, lease_s=lease_s(settings))
         self._wait_s = 0.0
         prev = self.previous
         self._crashed_here = prev is not None and not prev.released and prev.known_stopped()
         if prev is not None and not prev.released and not self._crashed_here:
             self._wait_s = prev.lease_s if settings.fence_wait_s is None else settings.fence_wait_s
+        self.owner = replace(_me(), gen=gen, lease_s=lease_s(settings), waiting=self._wait_s > 0)
         self._deadline: float | None = None  # waiting until then (monotonic), then a check
         self._due = False
         self._failing_since: float | None = None
+        self._newer: tuple[Owner, float] | None = None  # held for it, since (monotonic)
         self.released = False
 
     @classmethod
@@ -260,6 +282,11 @@ class PartitionFence:
         """Still waiting for the previous owner to notice (read nothing)."""
         return self._deadline is not None
 
+    def holding(self) -> bool:
+        """A newer owner announced itself and has not shown yet that it runs: read and
+        commit nothing (a stop ends the partition without committing)."""
+        return self._newer is not None
+
     def check(self, consumer: Consumer) -> Verdict:
         """Read the committed metadata once; a newer owner ends the process (`stop`)."""
         tp = TopicPartition(self._topic, self._partition)
@@ -280,7 +307,8 @@ class PartitionFence:
             return Verdict.OWNED  # nobody committed it: nobody to fence
         found = Owner.parse(committed.metadata)
         if found is not None and found.token != self.owner.token and found.outranks(self.owner):
-            stop(self._topic, self._partition, found)
+            return self._newer_owner(found)
+        self._newer = None
         if found is None or found.token != self.owner.token:
             if self._deadline is not None:  # it committed over the announcement: again
                 self._deadline = time.monotonic() + self._wait_s
@@ -293,13 +321,48 @@ class PartitionFence:
                     self._topic, self._partition, committed.offset,
                 )  # fmt: skip
             return Verdict.TAKEN_BACK
-        if self._deadline is not None and time.monotonic() >= self._deadline:
+        if self._deadline is None:
+            return Verdict.OWNED
+        if time.monotonic() >= self._deadline:
             self._deadline = None
+            self.owner = replace(self.owner, waiting=False)
             logger.warning(
                 "source partition %s/%d: taken over from %s; reading",
                 self._topic, self._partition, self.previous.describe() if self.previous else "?",
             )  # fmt: skip
-        return Verdict.OWNED
+        else:
+            self.owner = replace(self.owner, beat=self.owner.beat + 1)
+        return Verdict.TAKEN_BACK
+
+    def _newer_owner(self, found: Owner) -> Verdict:
+        """A newer owner committed: stop if it runs, hold while that is undecided, take the
+        partition back from one that released it or died before reading."""
+        now = time.monotonic()
+        if found.released:
+            gone = "released it (it stopped cleanly)"
+        elif not found.waiting:
+            stop(self._topic, self._partition, found)
+        elif self._newer is None or self._newer[0].token != found.token:
+            self._newer = (found, now)
+            logger.warning(
+                "source partition %s/%d: a newer instance %s announced itself; reading and "
+                "committing nothing until it re-announces itself (then this instance stops) "
+                "or its lease of %gs passes without one",
+                self._topic, self._partition, found.describe(), found.lease_s,
+            )  # fmt: skip
+            return Verdict.HELD
+        elif found.beat != self._newer[0].beat:
+            stop(self._topic, self._partition, found)
+        elif now - self._newer[1] <= found.lease_s:
+            return Verdict.HELD
+        else:
+            gone = f"did not re-announce itself within its lease of {found.lease_s:g}s (gone)"
+        self._newer = None
+        logger.warning(
+            "source partition %s/%d: the newer instance %s %s; taking the partition back",
+            self._topic, self._partition, found.describe(), gone,
+        )  # fmt: skip
+        return Verdict.TAKEN_BACK
 
     def release(self, consumer: Consumer, offset: int, base: str) -> None:
         """After a clean stop's last commit: the offset again, marked released, so that the

@@ -234,6 +234,12 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                 return []
             if verdict is fencing.Verdict.TAKEN_BACK and self._pending is None:
                 self._pending = self._durable
+        if self._fence is not None and self._fence.holding():  # a newer owner, maybe gone
+            if self._finishing():
+                raise StopIteration  # commit nothing over it
+            self._stall(True)
+            self._awake = datetime.now(UTC) + _FENCE_RETRY
+            return []
         held = halt.held(self._topic, self._partition)
         if held is not None:  # ERRORS_TOLERANCE=none: see flows.halt
             if self._held_snapshotted:

@@ -28,6 +28,7 @@ from flows.fencing import FENCED_EXIT_STATUS, Owner
 from tests.conftest import (
     Services,
     consume_all,
+    count_docs,
     create_topic,
     produce,
     run_flow,
@@ -276,3 +277,56 @@ def test_a_clean_restart_and_a_crash_on_this_host_do_not_wait(
     assert after.returncode == 0, after.output
     assert after.output.count(GONE) == 2, after.output
     assert "waiting FENCE_WAIT_S" not in after.output
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["stopped", "killed"])
+def test_a_newer_instance_gone_while_it_waits_leaves_the_older_one_running(
+    services: Services,
+    names: Callable[[str], str],
+    tmp_path: Path,
+    es: Any,
+    procs: list[Any],
+    how: signal.Signals,
+) -> None:
+    topic, group = names("fence-gone"), names("fence-gone-group")
+    create_topic(services.kafka, topic, partitions=2)
+    produce(services.kafka, topic, [(f"a-{i}".encode(), b"{}") for i in range(100)])
+    base = {"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": group, "KAFKA_STOP_AT_END": "false"}
+    log_o, log_n = tmp_path / "older.log", tmp_path / "newer.log"
+    older = start_flow(services, base, log=log_o)
+    procs.append(older)
+    wait_for(
+        lambda: sum(tp.offset for tp in committed(services.kafka, group, topic, 2)) == 100,
+        60,
+        "the older instance to index and commit",
+    )
+    # Long epochs: a killed newer instance never re-announces itself; lease 2 * 5 + 1 s.
+    env_n = {**base, "FENCE_WAIT_S": "600", "ES_REQUEST_TIMEOUT_S": "1"}
+    newer = start_flow(services, env_n, "-s", "5", log=log_n)
+    procs.append(newer)
+    wait_for(lambda: len(logged(log_n, "waiting FENCE_WAIT_S=600s")) == 2, 60, "the announcements")
+    newer.send_signal(how)
+    assert newer.wait(60) == (0 if how == signal.SIGTERM else -signal.SIGKILL), log_n.read_text()
+
+    # The older instance keeps its partitions and goes on indexing and committing.
+    produce(services.kafka, topic, [(f"b-{i}".encode(), b"{}") for i in range(100)])
+    wait_for(lambda: count_docs(es, topic) == 200, 60, "the older instance to index the rest")
+    wait_for(
+        lambda: (
+            all(
+                (o := Owner.parse(tp.metadata)) is not None and o.gen == 1
+                for tp in committed(services.kafka, group, topic, 2)
+            )
+            and sum(tp.offset for tp in committed(services.kafka, group, topic, 2)) == 200
+        ),
+        60,
+        "the older instance to commit under its name",
+    )
+    assert older.poll() is None, log_o.read_text()
+    assert logged(log_o, "fenced: ") == []
+    back = logged(log_o, "; taking the partition back")
+    assert len(back) == 2, log_o.read_text()
+    why = "released it" if how == signal.SIGTERM else "did not re-announce itself"
+    assert all(why in line for line in back), back
+    older.send_signal(signal.SIGTERM)
+    assert older.wait(60) == 0, log_o.read_text()

@@ -10,7 +10,7 @@ import subprocess
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from flows import fencing, halt, shutdown
 from flows.config import Settings
@@ -149,13 +149,19 @@ def test_an_owner_that_did_not_release_is_waited_for_then_taken_over(make: Any) 
     newer._next = newer._emitted = 0
     newer._consumer.assign([TopicPartition("t", 0, 0)])
     assert newer.next_batch() == []  # waiting
+    commits = len(BROKER.commits)
+    assert epoch(older) == []  # the older one's next epoch: it holds, committing nothing
+    assert len(BROKER.commits) == commits
+    assert epoch(newer) == []  # the newer one's: it announces itself again
     with pytest.raises(Fenced, match=owner(newer).token):
-        epoch(older)  # the older one's next epoch: it stops before committing
+        epoch(older)  # which shows it runs: the older one stops before committing
     assert BROKER.commits[-1][1] == f"es-sink {owner(newer).words()}"
     time.sleep(0.3)
     reads = BROKER.reads
     assert len(newer.next_batch()) == 3  # the wait is over; checked once more, then reads
     assert BROKER.reads == reads + 1
+    assert BROKER.commits[-1] == (0, f"es-sink {owner(newer).words()}")  # no longer waiting
+    assert "waiting" not in BROKER.commits[-1][1]
 
 
 def test_an_older_commit_over_the_announcement_is_overwritten_and_waited_for_again(
@@ -248,3 +254,87 @@ def test_stop_says_who_took_over_in_one_line_and_exits_3(
         "pid 7, generation 4) since 2026-01-01T00:00:00+00:00; this instance stops without "
         "committing"
     ]
+
+
+def more(part: KafkaSourcePartition) -> None:
+    """(Tests) one more record in the log of `part`'s consumer."""
+    part._consumer.messages.append(Message(topic="t", partition=0, offset=3, value=b"{}"))
+    part._consumer.end = 4  # type: ignore[misc]
+
+
+def test_a_newer_owner_that_released_the_partition_is_taken_back_with_one_warning(
+    make: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    older = make()
+    older.next_batch()
+    epoch(older)  # older owns t/0, generation 1
+    newer = make(FENCE_WAIT_S="600", KAFKA_STOP_AT_END="true")
+    shutdown._requested.set()  # stopped while it waits (an aborted rollout)
+    with pytest.raises(StopIteration):
+        newer.next_batch()
+    shutdown._requested.clear()
+    assert BROKER.metadata is not None and BROKER.metadata.endswith(" released")
+    assert "waiting" not in BROKER.metadata
+    more(older)
+    with caplog.at_level(logging.WARNING, logger="flows.fencing"):
+        assert len(epoch(older)) == 1  # takes it back under its name and reads on
+        assert BROKER.commits[-1] == (3, f"es-sink {owner(older).words()}")
+        epoch(older)
+        assert BROKER.commits[-1] == (4, f"es-sink {owner(older).words()}")
+    (line,) = [m for m in caplog.messages if "newer instance" in m]
+    assert f"newer instance {owner(newer).token}" in line
+    assert line.endswith("released it (it stopped cleanly); taking the partition back")
+
+
+def test_a_newer_owner_gone_before_reading_is_taken_back_after_its_lease(
+    make: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import time
+
+    older = make()
+    older.next_batch()
+    epoch(older)
+    monkeypatch.setattr(fencing, "lease_s", lambda settings: 0.3)
+    newer = make(FENCE_WAIT_S="600")  # announces itself, then crashes: never beats
+    commits = list(BROKER.commits)
+    more(older)
+    with caplog.at_level(logging.WARNING, logger="flows.fencing"):
+        assert epoch(older) == []  # held: reads and commits nothing
+        assert older.next_batch() == []
+        assert BROKER.commits == commits
+        time.sleep(0.3)
+        assert len(epoch(older)) == 1  # its lease passed without a beat: taken back, read
+        assert BROKER.commits[-1] == (3, f"es-sink {owner(older).words()}")
+        epoch(older)
+    held, back = [m for m in caplog.messages if "newer instance" in m]
+    assert f"newer instance {owner(newer).token}" in held and "announced itself" in held
+    assert back.endswith(
+        "did not re-announce itself within its lease of 0.3s (gone); taking the partition back"
+    )
+
+
+def test_a_waiting_newer_owner_that_re_announces_itself_stops_the_older_one(
+    make: Any,
+) -> None:
+    older = make()
+    older.next_batch()
+    epoch(older)
+    newer = make(FENCE_WAIT_S="600")
+    assert epoch(older) == []  # held
+    epoch(newer)  # its next epoch: announces itself again
+    assert BROKER.metadata is not None and BROKER.metadata.endswith(" beat=1 waiting")
+    with pytest.raises(Fenced, match=owner(newer).token):
+        epoch(older)
+
+
+def test_a_held_partition_stops_without_committing(make: Any) -> None:
+    older = make()
+    older.next_batch()
+    epoch(older)
+    make(FENCE_WAIT_S="600")
+    assert epoch(older) == []  # held
+    commits = list(BROKER.commits)
+    shutdown._requested.set()
+    with pytest.raises(StopIteration):
+        older.next_batch()
+    assert BROKER.commits == commits
