@@ -26,7 +26,11 @@ writes, so they carry the ownership too. Every commit's metadata names its commi
   A clean stop releases, so a restart does not wait; nor does a restart after a crash on
   the same host (`node` and `start` name the kernel boot, pid namespace and process start:
   no live process matches them). A crash elsewhere (another host, a container restarted
-  in a new pid namespace) waits: nothing tells a dead owner from a silent one.
+  in a new pid namespace) waits: nothing tells a dead owner from a silent one. After any
+  owner that did not release the partition, the partition also reads nothing until
+  Elasticsearch lists none of that owner's bulks any more, at most its lease
+  (`sinks.elasticsearch.tasks`): a bulk of a dead process still queued on a node would
+  otherwise land after this process's newer write of the same document.
 - Once per epoch, before its commit (in the epoch's first `next_batch`, which Bytewax calls
   only after the previous epoch's sink flushes), a partition reads its committed metadata
   (one `committed()` call): a newer owner that reads ends the process at once with one
@@ -60,6 +64,7 @@ import socket
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import Enum
@@ -67,15 +72,20 @@ from pathlib import Path
 from typing import NoReturn
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from elasticsearch import Elasticsearch
 
-from flows import shutdown
+from flows import shutdown, sink_config
 from flows.config import Settings
 from flows.runtime import run_args
 from sinks import failing
+from sinks.elasticsearch import tasks
+from sinks.elasticsearch.client import shared_client
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FENCED_EXIT_STATUS", "Owner", "PartitionFence", "Verdict", "metadata_fields"]
+__all__ = [
+    "FENCED_EXIT_STATUS", "Owner", "PartitionFence", "Verdict", "metadata_fields", "token",
+]  # fmt: skip
 
 FENCED_EXIT_STATUS = 3
 """A newer instance took over: restarting this one would only take the partitions back."""
@@ -165,6 +175,11 @@ _lock = threading.Lock()
 _process: Owner | None = None
 
 
+def token() -> str:
+    """This process's owner token, which its bulks carry too (`sinks.elasticsearch.tasks`)."""
+    return _me().token
+
+
 def _me() -> Owner:
     """This process as an owner (generation and lease to fill in), made on first use."""
     global _process
@@ -238,6 +253,8 @@ class PartitionFence:
         self._due = False
         self._failing_since: float | None = None
         self._newer: tuple[Owner, float] | None = None  # held for it, since (monotonic)
+        self._settings = settings
+        self._bulks: Future[tasks.Gone] | None = None  # the previous owner's, in Elasticsearch
         self.released = False
 
     @classmethod
@@ -254,20 +271,23 @@ class PartitionFence:
 
     def announced(self) -> None:
         """The announcement was committed: start the wait, if the previous owner needs one."""
-        if self._crashed_here and self.previous is not None:
+        prev = self.previous
+        if prev is None or prev.released:
+            return
+        self._bulks = tasks.owner_gone(_es(self._settings), prev.token, prev.lease_s)
+        if self._crashed_here:
             logger.info(
                 "source partition %s/%d: its previous owner %s stopped without releasing it "
-                "and no longer runs on this host; not waiting",
-                self._topic, self._partition, self.previous.describe(),
+                "and no longer runs on this host; waiting only for its bulks",
+                self._topic, self._partition, prev.describe(),
             )  # fmt: skip
         if self._wait_s > 0:
             self._deadline = time.monotonic() + self._wait_s
-            assert self.previous is not None
             logger.warning(
                 "source partition %s/%d: its previous owner %s did not release it (it "
                 "crashed, or it still runs); waiting FENCE_WAIT_S=%gs before reading it, so "
                 "that a running owner sees this instance and stops",
-                self._topic, self._partition, self.previous.describe(), self._wait_s,
+                self._topic, self._partition, prev.describe(), self._wait_s,
             )  # fmt: skip
 
     def mark_due(self) -> None:
@@ -279,8 +299,8 @@ class PartitionFence:
         return self._due or (self._deadline is not None and time.monotonic() >= self._deadline)
 
     def waiting(self) -> bool:
-        """Still waiting for the previous owner to notice (read nothing)."""
-        return self._deadline is not None
+        """Still waiting for the previous owner to notice, or for its bulks (read nothing)."""
+        return self._deadline is not None or (self._bulks is not None and not self._bulks.done())
 
     def holding(self) -> bool:
         """A newer owner announced itself and has not shown yet that it runs: read and
@@ -380,6 +400,11 @@ class PartitionFence:
                 "source partition %s/%d: not released (the next start waits FENCE_WAIT_S): %s",
                 self._topic, self._partition, e,
             )  # fmt: skip
+
+
+def _es(settings: Settings) -> Elasticsearch:
+    """The sink's client (shared): where the previous owner's bulks are listed."""
+    return shared_client(sink_config.connection(settings))
 
 
 def stop(topic: str, partition: int, newer: Owner) -> NoReturn:

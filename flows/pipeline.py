@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
 
-from flows import sink_config
+from flows import fencing, sink_config
 from flows.config import Settings
 from flows.process import Processor, is_documents
 from flows.runtime import run_args
@@ -52,7 +52,7 @@ def build_flow(
     routed = op.branch("route", processed, is_documents)
     # The sinks see only their own frozen configs (`flows.sink_config`), never Settings.
     stored = run_args().recovery_dir  # their partitions a recovery store holds beyond `parts`
-    es = ElasticsearchSink(sink_config.es_sink(settings), parts, stored)
+    es = ElasticsearchSink(sink_config.es_sink(settings), parts, stored, owner=fencing.token)
     op.output("elasticsearch", routed.trues, es)
     dead_letters = sink_config.dead_letters(settings)
     if dead_letters is not None:

@@ -13,7 +13,10 @@ that, and everything else is the real node's answer.
 A rule inspects `call.actions` and may, for this request only:
 - `call.answer(status, body)`: answer the whole request itself, forwarding nothing;
 - `call.fake(i, status, error)`: not forward action `i`, and answer it with this item;
-- `call.rewrite(i, status, error)`: forward action `i`, but replace its answer.
+- `call.rewrite(i, status, error)`: forward action `i`, but replace its answer;
+- `call.hold(seconds)`: forward the request only after `seconds`, whatever became of the
+  client meanwhile, as a node executes a bulk it queued. While held, `GET _tasks?group_by=none`
+  lists it as a bulk task with the request's X-Opaque-Id, as a node lists a queued bulk.
 Every `_bulk` that reached the proxy is in `proxy.bulks` (with the changes made).
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -57,10 +61,14 @@ class BulkCall:
 
     n: int
     actions: list[BulkAction]
+    opaque_id: str | None = None
     status: int | None = None
     body: Any = None
     faked: dict[int, dict[str, Any]] = field(default_factory=dict)
     rewritten: dict[int, dict[str, Any]] = field(default_factory=dict)
+    held_s: float = 0.0
+    forwarded: threading.Event = field(default_factory=threading.Event)
+    """Set once a held request's answer came back from the node."""
 
     def ids(self) -> list[str | None]:
         return [a.id for a in self.actions]
@@ -73,6 +81,9 @@ class BulkCall:
 
     def rewrite(self, i: int, status: int, error: dict[str, Any] | None = None) -> None:
         self.rewritten[i] = _item(status, error)
+
+    def hold(self, seconds: float) -> None:
+        self.held_s = seconds
 
 
 Rule = Callable[[BulkCall], None]
@@ -103,6 +114,7 @@ class EsProxy:
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 9200)
         self.rule: Rule | None = None
         self.bulks: list[BulkCall] = []
+        self._held: list[BulkCall] = []
         self._lock = threading.Lock()
         proxy = self
 
@@ -160,23 +172,55 @@ class EsProxy:
             status, out_headers, data = self._bulk(req.command, path, headers, body)
         else:
             status, out_headers, data = self._forward(req.command, path, headers, body)
-        req.send_response(status)
-        for k, v in out_headers:
-            if k.lower() not in _HOP:
-                req.send_header(k, v)
-        req.send_header("Content-Length", str(len(data)))
-        req.end_headers()
-        if req.command != "HEAD":
-            req.wfile.write(data)
+            if status == 200 and urlsplit(path).path.rstrip("/") == "/_tasks":
+                data = self._with_held(data)
+        try:
+            req.send_response(status)
+            for k, v in out_headers:
+                if k.lower() not in _HOP:
+                    req.send_header(k, v)
+            req.send_header("Content-Length", str(len(data)))
+            req.end_headers()
+            if req.command != "HEAD":
+                req.wfile.write(data)
+        except OSError:  # the client went away while its request was held
+            pass
+
+    def _with_held(self, data: bytes) -> bytes:
+        """A `GET _tasks?group_by=none` answer, listing the held bulks too."""
+        with self._lock:
+            held = [{"action": "indices:data/write/bulk", "headers": {"X-Opaque-Id": c.opaque_id}}
+                    for c in self._held if c.opaque_id]  # fmt: skip
+        if not held:
+            return data
+        answer = json.loads(data)
+        answer["tasks"] = [*answer.get("tasks", []), *held]
+        return json.dumps(answer).encode()
 
     def _bulk(
         self, method: str, path: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, list[tuple[str, str]], bytes]:
+        opaque_id = next((v for k, v in headers.items() if k.lower() == "x-opaque-id"), None)
         with self._lock:
-            call = BulkCall(len(self.bulks), parse_bulk(body))
+            call = BulkCall(len(self.bulks), parse_bulk(body), opaque_id)
             self.bulks.append(call)
             if self.rule is not None:
                 self.rule(call)
+            if call.held_s:
+                self._held.append(call)
+        if call.held_s:
+            time.sleep(call.held_s)
+            try:
+                return self._answer(call, method, path, headers, body)
+            finally:
+                with self._lock:
+                    self._held.remove(call)
+                call.forwarded.set()
+        return self._answer(call, method, path, headers, body)
+
+    def _answer(
+        self, call: BulkCall, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         json_headers = [
             ("Content-Type", "application/json"),
             ("X-Elastic-Product", "Elasticsearch"),

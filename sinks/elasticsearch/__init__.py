@@ -10,6 +10,7 @@ methods are listed once, in `write_methods`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from sinks.dead_letter.producer import shared_producer
@@ -59,10 +60,16 @@ class ElasticsearchSink(NumberedSink):
     holds (see `sinks.partitioned`)."""
 
     def __init__(
-        self, config: EsSinkConfig, partitions: int, recovery_dir: Path | None = None
+        self,
+        config: EsSinkConfig,
+        partitions: int,
+        recovery_dir: Path | None = None,
+        owner: Callable[[], str] | None = None,
     ) -> None:
         super().__init__("es", partitions, recovery_dir)
         self._config = config  # no I/O here: this object is part of the flow description
+        self._owner = owner
+        """The running process's owner token, asked for in that process (`tasks`)."""
 
     def build_part(self, step_id: str, for_part: str, resume_state: None) -> EsSinkPartition:
         """Connect, bootstrap the index template once per process, and start buffering."""
@@ -70,7 +77,8 @@ class ElasticsearchSink(NumberedSink):
         client = shared_client(config.connection)
         bootstrap_template(client, config.template)
         dlq = shared_producer(config.dead_letters) if config.dead_letters else None
-        part = EsSinkPartition(config, for_part, client, dlq)
+        owner = self._owner() if self._owner is not None else None
+        part = EsSinkPartition(config, for_part, client, dlq, owner=owner)
         linger_s = config.bulk.linger_ms / 1000
         linger_ticker(min(max(linger_s / 4, 0.01), 0.25)).add(part)
         return part

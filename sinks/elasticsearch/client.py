@@ -3,8 +3,11 @@ import), and how a refused request becomes a configuration error."""
 
 from __future__ import annotations
 
+import socket
+import struct
 from typing import Any
 
+from elastic_transport import NodeConfig, Urllib3HttpNode
 from elasticsearch import ApiError, Elasticsearch
 from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 
@@ -45,12 +48,34 @@ class _NdjsonSerializer(NdjsonSerializer):
         return super().dumps(data)
 
 
+class _Node(Urllib3HttpNode):
+    """urllib3 connections that take an unsent request down with them. Closed with a reset
+    (SO_LINGER 0), a connection drops what its send buffer holds when the process dies or
+    gives up on a request, instead of the kernel delivering it later to a node that would
+    execute it after a successor's newer writes; TCP_USER_TIMEOUT (Linux) aborts one whose
+    data stays unacknowledged for the node's request timeout, so the kernel of a frozen
+    process does not deliver a request once the network is back, minutes later. Set
+    through urllib3's `socket_options`, which elastic-transport does not expose."""
+
+    def __init__(self, config: NodeConfig):
+        super().__init__(config)
+        options = [
+            *self.pool.ConnectionCls.default_socket_options,
+            (socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)),
+        ]
+        user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)
+        if user_timeout is not None and isinstance(config.request_timeout, int | float):
+            options.append((socket.IPPROTO_TCP, user_timeout, int(config.request_timeout * 1000)))
+        self.pool.conn_kw["socket_options"] = options
+
+
 def make_client(connection: EsConnection) -> Elasticsearch:
     """A client with orjson, our own retry policy (transport retries off), the auth set, and
     the transport that speaks the server's major (`server.ServerTransport`)."""
     c = connection
     kwargs: dict[str, Any] = {
         "transport_class": ServerTransport,
+        "node_class": _Node,
         "serializers": {
             "application/json": _JsonSerializer(),
             "application/x-ndjson": _NdjsonSerializer(),

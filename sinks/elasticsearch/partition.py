@@ -15,7 +15,9 @@ offsets, only after every `snapshot()` returned.
 What each item of an answer means is `bulk.classify`'s; this module retries with backoff
 (`sinks.backoff`, full jitter) what it says to retry, splits what is too large, and
 accounts every failed record once, whichever attempt or 413 split found it: dead-lettered
-with stage `index`, or the flow stops under ERRORS_TOLERANCE=none.
+with stage `index`, or the flow stops under ERRORS_TOLERANCE=none. A request that timed
+out may still be queued on a node: nothing is sent again before Elasticsearch no longer
+lists it (`tasks`), so it cannot land after the retry's or a later bulk's newer writes.
 
 The state a partition snapshots is None: with deterministic ids the index itself is the
 state, and replays overwrite.
@@ -33,13 +35,14 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass
 
 from bytewax.outputs import StatefulSinkPartition
+from elastic_transport import ConnectionTimeout
 from elasticsearch import Elasticsearch
 
 from sinks import failing, metrics, progress
 from sinks.backoff import SYSTEM_CLOCK, Backoff, Clock
 from sinks.dead_letter.policy import ErrorPolicy
 from sinks.dead_letter.producer import DeadLetterProducer
-from sinks.elasticsearch import bulk, refusals
+from sinks.elasticsearch import bulk, refusals, tasks
 from sinks.elasticsearch.config import EsSinkConfig
 from sinks.elasticsearch.refusals import clear_refusals
 from sinks.elasticsearch.workers import POLL_S, bulk_pool, held_bytes
@@ -98,9 +101,15 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         dlq: DeadLetterProducer | None,
         clock: Clock = SYSTEM_CLOCK,
         rand: Callable[[], float] = random.random,
+        owner: str | None = None,
     ) -> None:
+        """`owner`: the process's token, which its bulks carry (None: untagged)."""
         self._name = name
-        self._client = client
+        self._owner = owner
+        self._client = (
+            client if owner is None else client.options(opaque_id=tasks.opaque_id(owner, name))
+        )
+        self._timeout_s = config.connection.request_timeout_s
         self._dlq = dlq
         self._clock = clock
         self._rand = rand
@@ -410,6 +419,8 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         try:
             answer = bulk.send(self._client, pending)
         except bulk.TRANSPORT_ERRORS as e:
+            if isinstance(e, ConnectionTimeout):
+                self._outlive(call)
             verdict = bulk.classify_failure(e, len(pending))
         else:
             verdict = bulk.classify(
@@ -423,6 +434,27 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         if verdict.stop is not None:
             raise verdict.stop
         return verdict
+
+    def _outlive(self, call: bulk.Call) -> None:
+        """Send nothing more while Elasticsearch may still execute the request that timed
+        out (it lists it), within ES_RETRY_BUDGET_S."""
+        if self._owner is None:
+            return
+        what: str | None = f"sink partition {self._name}'s timed-out request"
+        while True:
+            gone = tasks.wait_gone(
+                self._client, self._owner, self._name, self._timeout_s, what, failing.failing
+            )
+            what = None  # said once
+            if gone is not tasks.Gone.BOUND:  # not listed, or not listable: waited the bound
+                return
+            if call.retries.over_budget() or failing.failing():
+                msg = (
+                    f"sink partition {self._name}: a request that timed out is still queued "
+                    f"in Elasticsearch after {call.retries.elapsed():.0f}s "
+                    f"(ES_RETRY_BUDGET_S={self._budget_s})"
+                )
+                raise ElasticsearchUnavailableError(msg)
 
     def _account(self, actions: list[Action], bad: dict[int, DeadLetter]) -> None:
         """Apply the error policy to the failed records, in request order. A record counts

@@ -35,6 +35,7 @@ from tests.conftest import (
     start_flow,
     wait_for,
 )
+from tests.es_proxy import BulkCall, EsProxy
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +66,7 @@ def logged_at(log: Path, needle: str) -> list[float]:
     return out
 
 
-GONE = "and no longer runs on this host; not waiting"
+GONE = "and no longer runs on this host; waiting only for its bulks"
 
 
 def b_read(log: Path) -> list[float]:
@@ -330,3 +331,64 @@ def test_a_newer_instance_gone_while_it_waits_leaves_the_older_one_running(
     assert all(why in line for line in back), back
     older.send_signal(signal.SIGTERM)
     assert older.wait(60) == 0, log_o.read_text()
+
+
+def holds_first_v1_of_x(seconds: float) -> Callable[[BulkCall], None]:
+    """A proxy rule: the first bulk writing `x` → {"v": 1} is held `seconds`, then forwarded."""
+    held: list[int] = []
+
+    def rule(call: BulkCall) -> None:
+        if not held and any(a.id == "x" and a.source == {"v": 1} for a in call.actions):
+            held.append(call.n)
+            call.hold(seconds)
+
+    return rule
+
+
+def test_a_killed_owners_bulk_lands_before_its_restarted_successor_writes(
+    services: Services, names: Callable[[str], str], tmp_path: Path, es: Any, procs: list[Any]
+) -> None:
+    """A bulk Elasticsearch received from a process that was then killed still runs; the
+    process restarted at once on this host (no lease to wait) must not read before it is
+    done, or the bulk's older write lands over the newer one."""
+    topic, group = names("orphan"), names("orphan-group")
+    create_topic(services.kafka, topic, partitions=1)
+    es.indices.create(index=topic, settings={"number_of_shards": 1, "number_of_replicas": 0})
+    with EsProxy(services.es_url) as proxy:
+        proxy.rule = holds_first_v1_of_x(15)
+        env = {
+            "KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": group, "KAFKA_STOP_AT_END": "false",
+            "ES_HOSTS": proxy.url, "DOC_ID": "key",
+        }  # fmt: skip
+        first = start_flow(services, env, "-s", "5", log=tmp_path / "first.log")
+        procs.append(first)
+        produce(services.kafka, topic, [(b"seed", b"{}")])
+        wait_for(
+            lambda: committed(services.kafka, group, topic, 1)[0].offset == 1,
+            60,
+            "the first run to commit under its name",
+        )
+        produce(services.kafka, topic, [(b"x", b'{"v": 1}')])
+        wait_for(lambda: any(c.held_s for c in proxy.bulks), 60, "the bulk of x to be held")
+        time.sleep(1)
+        first.kill()
+        first.wait(30)
+        log = tmp_path / "second.log"
+        second = start_flow(services, env, log=log)
+        procs.append(second)
+        produce(services.kafka, topic, [(b"x", b'{"v": 2}')])
+        held = next(c for c in proxy.bulks if c.held_s)
+        assert held.forwarded.wait(60), "the held bulk was never forwarded"
+        wait_for(
+            lambda: committed(services.kafka, group, topic, 1)[0].offset == 3,
+            60,
+            "the restarted run to commit both writes of x",
+        )
+        time.sleep(1)  # anything still on its way lands meanwhile
+        es.indices.refresh(index=topic)
+        assert es.get(index=topic, id="x")["_source"] == {"v": 2}  # was {"v": 1}
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0, log.read_text()
+    assert len(logged(log, GONE)) == 1, log.read_text()
+    waited = logged(log, "Elasticsearch still runs 1 bulk tasks of the previous owner")
+    assert len(waited) == 1, log.read_text()

@@ -12,6 +12,7 @@ fault-injecting proxy (`tests.es_proxy`) in front of the real node rewrites just
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +27,8 @@ from tests.conftest import (
     create_topic,
     produce,
     run_flow,
+    start_flow,
+    wait_for,
 )
 from tests.es_proxy import BulkCall, EsProxy
 
@@ -149,6 +152,43 @@ def test_a_retried_write_does_not_resurrect_a_later_delete(services, es, names):
     assert "fault" in seen, requests
     es.indices.refresh(index=topic)
     assert not es.exists(index=topic, id="x")  # the retried v1 used to bring it back
+
+
+def test_a_timed_out_bulk_is_retried_only_once_elasticsearch_is_done_with_it(
+    services, es, names, tmp_path
+):
+    """The first bulk of x → v1 times out while a node still holds it (the proxy forwards it
+    after 8 s); v2 follows. Retried at once, v1 would land after v2 when the held one runs."""
+    topic = names("timedout")
+    create_topic(services.kafka, topic)
+    es.indices.create(index=topic)
+    produce(services.kafka, topic, [(b"x", b'{"v": 1}')])
+    with EsProxy(services.es_url) as proxy:
+        held: list[BulkCall] = []
+
+        def rule(call: BulkCall) -> None:
+            if not held and "x" in call.ids():
+                held.append(call)
+                call.hold(8)
+                # Written once the first attempt has timed out: the next bulk carries it.
+                threading.Timer(3, produce, (services.kafka, topic, [(b"x", b'{"v": 2}')])).start()
+
+        proxy.rule = rule
+        env = _env(topic, ES_HOSTS=proxy.url, ES_REQUEST_TIMEOUT_S="2", KAFKA_STOP_AT_END="false")
+        flow = start_flow(services, env, log=tmp_path / "flow.log")
+        try:
+            wait_for(lambda: bool(held) and held[0].forwarded.is_set(), 60, "the held bulk")
+            wait_for(
+                lambda: committed_offsets(services.kafka, topic, topic).get(0) == 2, 60, "commits"
+            )
+            time.sleep(1)
+        finally:
+            flow.terminate()
+            flow.wait(60)
+        requests = [c.ids() for c in proxy.bulks]
+    es.indices.refresh(index=topic)
+    assert es.get(index=topic, id="x")["_source"] == {"v": 2}  # was {"v": 1}
+    assert len(requests) >= 3, requests  # the timed-out one, its retry, then v2
 
 
 # ------------------------------------------------------------------------------ F7

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import subprocess
+import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from flows import fencing, halt, shutdown
 from flows.config import Settings
 from flows.fencing import Owner, metadata_fields
 from flows.source import KafkaSourcePartition
+from sinks.elasticsearch import tasks
 from tests.unit.test_source import FakeConsumer, own_consumer
 
 
@@ -55,11 +58,36 @@ class Fenced(Exception):
     pass
 
 
+class TaskList:
+    """Elasticsearch's `GET _tasks`, listing a bulk task for each X-Opaque-Id in `listed`."""
+
+    def __init__(self) -> None:
+        self.listed: list[str] = []
+
+    def options(self, **_: Any) -> TaskList:
+        return self
+
+    @property
+    def tasks(self) -> TaskList:
+        return self
+
+    def list(self, **_: Any) -> Any:
+        return SimpleNamespace(
+            body={"tasks": [{"headers": {"X-Opaque-Id": v}} for v in self.listed]}
+        )
+
+
+ES = TaskList()
+
+
 @pytest.fixture
 def make(monkeypatch: pytest.MonkeyPatch) -> Any:
     """`make(**env)`: a new "instance" (its own token) reading t/0 against BROKER."""
-    global BROKER
+    global BROKER, ES
     BROKER = Broker()
+    ES = TaskList()
+    monkeypatch.setattr(fencing, "_es", lambda settings: ES)
+    monkeypatch.setattr(tasks, "POLL_S", 0.01)
     own_consumer(monkeypatch, GroupConsumer)
     monkeypatch.setattr(halt, "HELD", {})
     monkeypatch.setattr(halt, "EXAMINED", {})
@@ -137,8 +165,6 @@ def test_a_new_group_neither_announces_nor_waits(make: Any) -> None:
 
 
 def test_an_owner_that_did_not_release_is_waited_for_then_taken_over(make: Any) -> None:
-    import time
-
     older = make()
     older.next_batch()
     epoch(older)  # older commits 3, generation 1
@@ -289,8 +315,6 @@ def test_a_newer_owner_that_released_the_partition_is_taken_back_with_one_warnin
 def test_a_newer_owner_gone_before_reading_is_taken_back_after_its_lease(
     make: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import time
-
     older = make()
     older.next_batch()
     epoch(older)
@@ -338,3 +362,48 @@ def test_a_held_partition_stops_without_committing(make: Any) -> None:
     with pytest.raises(StopIteration):
         older.next_batch()
     assert BROKER.commits == commits
+
+
+def test_after_a_crash_on_this_host_the_dead_owners_bulks_are_waited_for(make: Any) -> None:
+    dead = make()
+    dead.next_batch()
+    epoch(dead)
+    gone = dataclasses.replace(owner(dead), start=owner(dead).start + 1)  # no such process
+    BROKER.metadata = f"es-sink {gone.words()}"
+    ES.listed = [tasks.opaque_id(gone.token, "es-0003"), "es-sink/someone-else/es-0003", "x"]
+    restarted = make(FENCE_WAIT_S="600")  # no lease to wait: it is known to be gone
+    restarted._next = restarted._emitted = 0
+    restarted._consumer.assign([TopicPartition("t", 0, 0)])
+    for _ in range(5):
+        assert restarted.next_batch() == []  # its bulk still runs in Elasticsearch
+        time.sleep(0.02)
+    ES.listed = ES.listed[1:]  # done (another owner's bulk does not matter)
+    time.sleep(0.05)
+    assert len(restarted.next_batch()) == 3
+
+
+def test_the_wait_for_a_dead_owners_bulks_is_bounded_by_its_lease(make: Any) -> None:
+    dead = make()
+    dead.next_batch()
+    epoch(dead)
+    gone = dataclasses.replace(owner(dead), start=owner(dead).start + 1, lease_s=0.2)
+    BROKER.metadata = f"es-sink {gone.words()}"
+    ES.listed = [tasks.opaque_id(gone.token, "es-0000")]  # never done
+    restarted = make()
+    restarted._next = restarted._emitted = 0
+    restarted._consumer.assign([TopicPartition("t", 0, 0)])
+    assert restarted.next_batch() == []
+    time.sleep(0.3)
+    assert len(restarted.next_batch()) == 3
+
+
+def test_a_released_partition_waits_for_no_bulk(make: Any) -> None:
+    part = make(KAFKA_STOP_AT_END="true")
+    part.next_batch()
+    halt.EXAMINED[("t", 0)] = 3
+    part.snapshot()
+    with pytest.raises(StopIteration):
+        part.next_batch()
+    ES.listed = [tasks.opaque_id(owner(part).token, "es-0000")]  # would hold a restart
+    restarted = make()
+    assert not restarted._fence.waiting()  # type: ignore[union-attr]

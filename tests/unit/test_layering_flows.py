@@ -30,7 +30,8 @@ RANKS = {
     ),
     **dict.fromkeys(("decode", "transforms"), 2),
     "config": 3,
-    **dict.fromkeys(("topics", "consumers", "sink_config", "fencing"), 4),
+    "sink_config": 3.5,  # settings mapped for the sinks: fencing reads the connection
+    **dict.fromkeys(("topics", "consumers", "fencing"), 4),
     "discovery": 5,
     **dict.fromkeys(("source", "process"), 6),
     "pipeline": 7,

@@ -27,7 +27,7 @@ from prometheus_client import REGISTRY
 from flows import sink_config
 from flows.config import Settings
 from sinks import failing
-from sinks.elasticsearch import refusals
+from sinks.elasticsearch import refusals, tasks
 from sinks.elasticsearch.actions import ActionBuilder
 from sinks.elasticsearch.client import _JsonSerializer
 from sinks.elasticsearch.partition import EsSinkPartition, clear_refusals
@@ -465,6 +465,58 @@ def test_connection_errors_retried_with_growing_bounded_backoff() -> None:
     assert sleeps[:3] == sorted(sleeps[:3])
     assert sleeps[2] > sleeps[0]
     assert rig.dlq.letters == []
+
+
+class TaskListingClient(FakeClient):
+    """A FakeClient whose `GET _tasks` lists the partition's bulk for the first `polls`
+    lookups; `events` is the order of bulks and lookups."""
+
+    def __init__(self, *script: Step, polls: int) -> None:
+        super().__init__(*script)
+        self.polls = polls
+        self.events: list[str] = []
+        self.opaque_ids: list[str] = []
+
+    def options(self, **kw: Any) -> TaskListingClient:
+        if "opaque_id" in kw:
+            self.opaque_ids.append(kw["opaque_id"])
+        return self
+
+    @property
+    def tasks(self) -> TaskListingClient:
+        return self
+
+    def list(self, **_: Any) -> Any:
+        self.events.append("tasks")
+        self.polls -= 1
+        listed = [{"headers": {"X-Opaque-Id": "es-sink/tok/es-0000"}}] if self.polls >= 0 else []
+        return type("Answer", (), {"body": {"tasks": listed}})()
+
+    def bulk(self, *, operations: bytes, filter_path: str) -> FakeResponse:
+        self.events.append("bulk")
+        return super().bulk(operations=operations, filter_path=filter_path)
+
+
+def test_a_timed_out_request_is_sent_again_only_once_elasticsearch_no_longer_lists_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tasks, "POLL_S", 0.01)
+    s = settings()
+    client = TaskListingClient(ConnectionTimeout("timed out"), polls=2)
+    part = EsSinkPartition(
+        sink_config.es_sink(s),
+        "es-0000",
+        client,
+        None,
+        clock=FakeClock(),
+        owner="tok",  # type: ignore[arg-type]
+    )
+    part.write_batch([make_actions(s, "a", "b")])
+    part.snapshot()
+    assert client.opaque_ids == ["es-sink/tok/es-0000"]  # every bulk of this partition
+    # The request timed out, was listed twice, then no longer: only then sent again.
+    assert client.events == ["bulk", "tasks", "tasks", "tasks", "bulk"]
+    assert client.requests[0] == client.requests[1]
 
 
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 504])

@@ -86,7 +86,7 @@ def client_with(
     real = Elasticsearch.__init__
 
     def init(self: Elasticsearch, **kwargs: Any) -> None:
-        real(self, node_class=node, **kwargs)
+        real(self, **{**kwargs, "node_class": node})  # in place of the sink's own
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Elasticsearch, "__init__", init)
