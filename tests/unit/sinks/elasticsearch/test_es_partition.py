@@ -519,6 +519,34 @@ def test_a_timed_out_request_is_sent_again_only_once_elasticsearch_no_longer_lis
     assert client.requests[0] == client.requests[1]
 
 
+def test_a_timed_out_request_still_listed_past_the_retry_budget_stops_the_flow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tasks, "POLL_S", 0.01)
+    s = settings(ES_RETRY_BUDGET_S="5", ES_REQUEST_TIMEOUT_S="0.1")
+    clock = FakeClock()
+    client = TaskListingClient(ConnectionTimeout("timed out"), polls=10**9)
+    listing = client.list
+
+    def list_and_age(**kw: Any) -> Any:  # each lookup: a second on the partition's clock
+        clock.now += 1
+        return listing(**kw)
+
+    client.list = list_and_age  # type: ignore[method-assign]
+    part = EsSinkPartition(
+        sink_config.es_sink(s),
+        "es-0000",
+        client,
+        None,
+        clock=clock,
+        owner="tok",  # type: ignore[arg-type]
+    )
+    part.write_batch([make_actions(s, "a")])
+    with pytest.raises(ElasticsearchUnavailableError, match="still queued in Elasticsearch"):
+        part.snapshot()
+    assert client.events.count("bulk") == 1  # never sent again
+
+
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
 def test_whole_request_overload_is_retried(status: int) -> None:
     rig = Rig(FakeClient(api_error(status, "overloaded")))
