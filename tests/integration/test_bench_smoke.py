@@ -30,12 +30,12 @@ KEYS = {
 }
 
 
-@pytest.mark.timeout(900)  # the first run also creates the Quix Streams virtualenv
+@pytest.mark.timeout(600)  # scripts/provision made the Quix Streams virtualenv
 def test_quick_bench_reports_every_system(services, tmp_path):
     out = tmp_path / "bench.json"
     cmd = [sys.executable, str(ROOT / "scripts" / "bench"), "--quick", "--json", str(out)]
     cmd += ["--bootstrap", services.kafka, "--es", services.es_url]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=840, check=False)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=540, check=False)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
 
