@@ -2,12 +2,16 @@
 masked), then reach every dependency the flow needs, one line per problem.
 
 Like Kafka Connect's config validation: it does what the flow's start does (the same
-settings, the flow's topic look-up, the sink's client) without starting anything, and
-goes on after a problem so one run names every broken setting.
+settings, the flow's own build with its transforms, decoders and write method, the flow's
+topic look-up, the sink's client) without starting anything, and goes on after a problem
+so one run names every broken setting. `--offline` stops before the first connection (a
+CI step, like `logstash --config.test_and_exit`). Environment variables that look like
+settings and are none are warned about, with the nearest setting's name.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,6 +35,7 @@ class Report:
 
     settings: dict[str, Any] = field(default_factory=dict)
     checks: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -52,6 +57,7 @@ class Report:
             "settings": self.settings,
             "checks": self.checks,
             "problems": self.problems,
+            "warnings": self.warnings,
         }
 
 
@@ -80,9 +86,15 @@ def masked_settings(settings: Settings) -> dict[str, Any]:
     return out
 
 
-def run_checks(settings: Settings, timeout: float = common.KAFKA_TIMEOUT_S) -> Report:
-    """Reach Kafka, the dead-letter topic, Elasticsearch and the Schema Registry."""
+def run_checks(
+    settings: Settings, timeout: float = common.KAFKA_TIMEOUT_S, offline: bool = False
+) -> Report:
+    """Build the flow as its start does; unless `offline`, reach Kafka, the dead-letter
+    topic, Elasticsearch and the Schema Registry."""
     report = Report(masked_settings(settings))
+    report.run("flow", lambda: _flow(settings))
+    if offline:
+        return report
     meta: dict[str, Any] = {}
     found: dict[str, list[int]] = {}
 
@@ -111,6 +123,20 @@ def run_checks(settings: Settings, timeout: float = common.KAFKA_TIMEOUT_S) -> R
     return report
 
 
+def _flow(settings: Settings) -> str:
+    """The flow's own build (`build_flow`): decoders, the transforms (their types and keys,
+    Python functions imported), document ids, the write method and the index names are
+    compiled and checked as at start; nothing connects."""
+    from flows.pipeline import build_flow
+
+    build_flow(settings)
+    chain = len(settings.transforms)
+    return (
+        f"the flow builds: {settings.value_format} values, {chain} transform"
+        f"{'' if chain == 1 else 's'}, WRITE_METHOD={settings.write_method}"
+    )
+
+
 def _registry_formats() -> tuple[str, ...]:
     from flows.decode import REGISTRY_FORMATS
 
@@ -118,7 +144,8 @@ def _registry_formats() -> tuple[str, ...]:
 
 
 def _topics(settings: Settings, out: dict[str, list[int]]) -> str:
-    """The flow's own topic look-up, without the dead-letter topic (checked on its own)."""
+    """The flow's own topic look-up, without the dead-letter topic (checked on its own);
+    `_versions` then runs the start's VERSION=offset refusals."""
     from flows.topics import find_topics
 
     try:
@@ -128,6 +155,9 @@ def _topics(settings: Settings, out: dict[str, list[int]]) -> str:
             raise
         found = find_topics(settings.model_copy(update={"dlq_topic": None}))
     out.update(found)
+    if not found:
+        pattern = settings.topics_regex or ", ".join(settings.topics)
+        raise Problem(f"KAFKA_TOPICS_REGEX: no topic matches {pattern}")
     parts = ", ".join(f"{t} ({len(ps)})" for t, ps in found.items())
     return f"topics (partitions): {parts}"
 
@@ -151,7 +181,13 @@ def _group(settings: Settings) -> str:
     except Exception as e:  # an authorization failure, mostly
         raise Problem(f"KAFKA_GROUP_ID: cannot describe group {group}: {e}") from None
     state = desc.state.name.lower() if isinstance(desc.state, ConsumerGroupState) else "unknown"
-    return f"group {group}: {state}, {len(desc.members)} members"
+    if state == "dead" and not desc.members:
+        return f"group {group}: no commits yet"
+    return f"group {group}: {state}, {_count(len(desc.members), 'member')}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _dead_letter_topic(settings: Settings, meta: dict[str, Any]) -> str:
@@ -171,7 +207,9 @@ def _dead_letter_topic(settings: Settings, meta: dict[str, Any]) -> str:
         limit = configs["max.message.bytes"].value
     except Exception as e:
         raise Problem(f"DLQ_TOPIC: cannot read the configuration of {topic}: {e}") from None
-    return f"dead-letter topic {topic}: {len(parts)} partitions, max.message.bytes={limit}"
+    return (
+        f"dead-letter topic {topic}: {_count(len(parts), 'partition')}, max.message.bytes={limit}"
+    )
 
 
 def _elasticsearch(settings: Settings) -> str:
@@ -261,16 +299,24 @@ def check(
     timeout: float = typer.Option(
         common.KAFKA_TIMEOUT_S, "--timeout", min=0.1, help="Seconds to wait for Kafka."
     ),
+    offline: bool = typer.Option(
+        False, "--offline", help="Check the configuration only; reach no service (for CI)."
+    ),
 ) -> None:
     """Validate the configuration and reach Kafka, Elasticsearch and the registry."""
+    from flows.config import unknown_variables
+    from flows.config.fields import SettingsError
+
+    warnings = unknown_variables()
     try:
         settings = common.load_settings()
     except ConfigError as e:
-        if json_out:
-            common.emit_json({"ok": False, "settings": {}, "checks": [], "problems": [str(e)]})
-            raise typer.Exit(common.PROBLEM) from None
-        common.die(f"configuration error: {e}", common.PROBLEM)
-    report = run_checks(settings, timeout)
+        problems = list(e.problems) if isinstance(e, SettingsError) else [str(e)]
+        report = Report(warnings=warnings)
+        report.checks = [{"check": "settings", "ok": False, "detail": p} for p in problems]
+    else:
+        report = run_checks(settings, timeout, offline)
+        report.warnings = warnings
     if json_out:
         common.emit_json(report.as_json())
     else:
@@ -279,11 +325,39 @@ def check(
 
 
 def _print(report: Report) -> None:
+    from flows.config import declared
+
+    fields = declared()
     table = Table("setting", "value", title="configuration (secrets masked)", title_justify="left")
     for name, value in report.settings.items():
-        if value not in (None, "", [], {}):
-            table.add_row(name, common.cell(value))
-    common.out.print(table)
+        text = shown(value, fields.get(name))
+        if text:
+            table.add_row(name, common.cell(text))
+    if report.settings:
+        common.out.print(table)
+    for warning in report.warnings:
+        common.out.print(f"WARNING  {warning}", highlight=False, markup=False)
     for c in report.checks:
         mark = "ok      " if c["ok"] else "PROBLEM "
         common.out.print(f"{mark} {c['check']}: {c['detail']}", highlight=False, markup=False)
+
+
+def shown(value: Any, info: Any = None) -> str:
+    """A setting's value as the operator writes it: `a,b`, `true`, `k:v`; a computed
+    default as the README names it (`max(8, workers)`)."""
+    extra = getattr(info, "json_schema_extra", None)
+    if isinstance(extra, dict) and isinstance(extra.get("x-default"), str):
+        default = info.default
+        if value == default or (isinstance(default, tuple) and value == list(default)):
+            return "" if extra["x-default"].startswith("(") else str(extra["x-default"])
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple) and any(isinstance(v, dict) for v in value):
+        return json.dumps(value)  # the transforms
+    if isinstance(value, list | tuple):
+        return ",".join(shown(v) for v in value)
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{shown(v)}" for k, v in value.items())
+    return str(value)

@@ -6,6 +6,7 @@ client). Nothing here connects at import."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 import uuid
@@ -30,9 +31,24 @@ if TYPE_CHECKING:
 
 OK, PROBLEM, USAGE = 0, 1, 2
 
-QUIET = {"log_level": 4}
-"""librdkafka logs warnings and errors only (not the notices of a client closed early);
-KAFKA_CONFIG_LOG_LEVEL overrides it."""
+
+class _LastLine(logging.Handler):
+    """Keeps librdkafka's last line: the reason a broker could not be reached."""
+
+    last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.last = record.getMessage().rsplit("]: ", 1)[-1]
+
+
+LIBRDKAFKA_LOG = _LastLine()
+_librdkafka = logging.getLogger("es_sink.cli.librdkafka")
+_librdkafka.propagate = False
+_librdkafka.addHandler(LIBRDKAFKA_LOG)
+
+QUIET = {"log_level": 4, "logger": _librdkafka}
+"""librdkafka's lines (one per failed connection attempt, every second) go to a logger
+that prints nothing: a command names the failure once, with the last of them."""
 
 KAFKA_TIMEOUT_S = 10.0
 """Each Kafka look-up waits this long for an answer."""
@@ -181,14 +197,16 @@ def reachable_topics(settings: Settings, timeout: float = KAFKA_TIMEOUT_S) -> di
     try:
         return dict(client.list_topics(timeout=timeout).topics)
     except KafkaException as e:
-        client.poll(0)
+        LIBRDKAFKA_LOG.last = None
+        client.poll(0)  # serves the log lines and error callbacks queued meanwhile
         if auth:
             msg = (
                 "KAFKA_CONFIG_SASL_USERNAME/KAFKA_CONFIG_SASL_PASSWORD: Kafka refused the "
                 f"credentials: {auth[0].str()}"
             )
             raise Problem(msg) from None
-        msg = f"KAFKA_BOOTSTRAP_SERVERS: cannot reach Kafka at {settings.bootstrap_servers}: {e}"
+        why = LIBRDKAFKA_LOG.last or str(e)
+        msg = f"KAFKA_BOOTSTRAP_SERVERS: cannot reach Kafka at {settings.bootstrap_servers}: {why}"
         raise Problem(msg) from None
 
 

@@ -24,8 +24,10 @@ that reads it, with the rules across settings on the group they govern:
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -149,3 +151,39 @@ def declared() -> dict[str, Any]:
 # Settings read from the environment, by name (the YAML file uses them in lower case); the
 # maps only YAML can express are filled from the environment by their prefix.
 _ENV_NAMES = frozenset(name for name, field in declared().items() if env_prefix(field) is None)
+
+
+# A variable that starts as two or more settings do (`BULK_`, `DLQ_`, `ES_`, ...) and is none
+# of them is likely a typo; the local stack's and the tests' own variables are not.
+_PREFIXES = tuple(
+    sorted(
+        f"{word}_"
+        for word, n in Counter(name.split("_")[0] for name in _ENV_NAMES if "_" in name).items()
+        if n > 1
+    )
+)
+_NOT_SETTINGS = re.compile(
+    r"ES_SINK_CONFIG|ES_SINK_TEST_\w*|(KAFKA|ES)_(\w*_)?(PORT|DIR|VERSION|HEAP|URL)"
+    r"|ES_JAVA_\w+|ES_DISTRIBUTION|ES_PATH_CONF"
+)
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One warning line per environment variable that looks like a setting and is not one
+    (the flow ignores it), naming the nearest setting."""
+    env = os.environ if environ is None else environ
+    known = sorted(declared())
+    passthrough = tuple(p for f in declared().values() if (p := env_prefix(f)) is not None)
+    out = []
+    for name in sorted(env):
+        if (
+            name in known
+            or not name.startswith(_PREFIXES)
+            or name.startswith(passthrough)
+            or _NOT_SETTINGS.fullmatch(name)
+        ):
+            continue
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        out.append(f"{name}: not a setting, ignored{hint}")
+    return out

@@ -9,6 +9,7 @@ doc. The loader, the error messages, `python -m flows.config` and the README tes
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -190,19 +191,34 @@ _MESSAGES = {
 }
 
 
-def config_error(error: ValidationError) -> ConfigError:
-    """pydantic's report as one line naming the setting: `BULK_MAX_ACTIONS: must be at least
-    1, got 0`. The first problem is reported (in declaration order), as before pydantic."""
-    first = error.errors(include_url=False)[0]
-    ctx = first.get("ctx") or {}
-    template = _MESSAGES.get(first["type"])
-    if first["type"] == "value_error":
-        text = str(ctx.get("error", first["msg"]))
+class SettingsError(ConfigError):
+    """Every invalid setting found in one reading; its message is the first of them (the
+    flow's one line), `problems` all of them (what `es-sink check` lists)."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__(self.problems[0])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.problems,))
+
+
+def config_error(error: ValidationError) -> SettingsError:
+    """pydantic's report as one line per setting, in declaration order: `BULK_MAX_ACTIONS:
+    must be at least 1, got 0`."""
+    return SettingsError([_line(e) for e in error.errors(include_url=False)])
+
+
+def _line(error: Any) -> str:
+    ctx = error.get("ctx") or {}
+    template = _MESSAGES.get(error["type"])
+    if error["type"] == "value_error":
+        text = str(ctx.get("error", error["msg"]))
     elif template is not None:
-        text = template.format(input=first.get("input"), **ctx)
+        text = template.format(input=error.get("input"), **ctx)
     else:
-        text = first["msg"]
-    return ConfigError(f"{location(first['loc'])}: {_one_line(text)}")
+        text = error["msg"]
+    return f"{location(error['loc'])}: {_one_line(text)}"
 
 
 def location(loc: tuple[int | str, ...]) -> str:

@@ -36,7 +36,7 @@ def test_a_good_configuration_passes_with_secrets_masked(services, names) -> Non
     assert report["ok"] and report["problems"] == []
     checks = _checks(run)
     assert set(checks) == {
-        "kafka", "topics", "group", "dead-letter topic", "elasticsearch", "privileges"
+        "flow", "kafka", "topics", "group", "dead-letter topic", "elasticsearch", "privileges"
     }  # fmt: skip
     assert f"{topic} (2)" in checks["topics"]["detail"]
     assert "max.message.bytes=" in checks["dead-letter topic"]["detail"]
@@ -118,12 +118,14 @@ def test_wrong_credentials_are_named(services, names) -> None:
     assert "wrong-key" not in run.stdout
 
 
-def test_an_invalid_setting_is_one_line(services) -> None:
-    run = run_cli(services, {"KAFKA_TOPICS": "x", "BULK_MAX_ACTIONS": "0"}, "check")
+def test_every_invalid_setting_is_one_line(services) -> None:
+    env = {"KAFKA_TOPICS": "x", "BULK_MAX_ACTIONS": "0", "ERRORS_TOLERANCE": "al"}
+    run = run_cli(services, env, "check")
     assert run.exit_code == 1
-    assert run.stderr.strip() == (
-        "es-sink: configuration error: BULK_MAX_ACTIONS: must be at least 1, got 0"
-    )
+    assert run.stdout.splitlines() == [
+        "PROBLEM  settings: ERRORS_TOLERANCE: expected one of none, all, log, got 'al'",
+        "PROBLEM  settings: BULK_MAX_ACTIONS: must be at least 1, got 0",
+    ]
 
 
 def test_version_offset_on_a_topic_of_two_partitions_is_a_problem(services, names) -> None:
@@ -138,3 +140,25 @@ def test_version_offset_on_a_topic_of_two_partitions_is_a_problem(services, name
     assert versions["detail"].startswith(f"VERSION: topic {topic} has 2 partitions")
     run = run_cli(services, {**env, "DOC_ID": "coordinates"}, "check", "--json")
     assert _checks(run)["versions"]["ok"], run.stdout
+
+
+def test_the_flow_build_and_the_services_are_checked_in_one_run(services, names) -> None:
+    topic = names("chk-build")
+    create_topic(services.kafka, topic)
+    env = {
+        "KAFKA_TOPICS": topic,
+        "TRANSFORMS": "no_such_module:enrich",
+        "ES_PIPELINE": "no-such-pipeline",
+    }
+    run = run_cli(services, env, "check", "--json")
+    assert run.exit_code == 1
+    problems = run.json()["problems"]
+    assert [p.split(":")[0] for p in problems] == ["transforms[0].python", "ES_PIPELINE"]
+    assert run.json()["checks"][0]["check"] == "flow"
+
+
+def test_a_regex_that_matches_nothing_is_named(services, names) -> None:
+    env = {"KAFKA_TOPICS_REGEX": names("chk-none") + r"\..*"}
+    run = run_cli(services, env, "check", "--json")
+    assert run.exit_code == 1
+    assert run.json()["problems"][0].startswith("KAFKA_TOPICS_REGEX: no topic matches")
