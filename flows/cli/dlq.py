@@ -17,6 +17,7 @@ import typer
 from rich.table import Table
 
 from flows.cli import common
+from sinks.dead_letter.headers import TIMESTAMP_HEADER
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
@@ -52,10 +53,18 @@ class DeadLetterRecord:
     message: str
     replay_count: int = 0
     value_omitted: bool = False
+    original_timestamp: int | None = None
+    """The source record's timestamp (epoch ms), from the dead letter's header; None when
+    the record had none or the dead letter predates the header."""
 
     @property
     def where(self) -> str:
         return f"{self.topic}/{self.partition}@{self.offset}"
+
+    @property
+    def source(self) -> tuple[str, int, int]:
+        """The source record's coordinates: equal for the duplicates of one dead letter."""
+        return (self.topic, self.partition, self.offset)
 
 
 def parse(msg: Message) -> DeadLetterRecord:
@@ -64,6 +73,7 @@ def parse(msg: Message) -> DeadLetterRecord:
     original: list[tuple[str, bytes | None]] = []
     replays = 0
     omitted = False
+    stamp: int | None = None
     headers: list[tuple[str, bytes | None]] = msg.headers() or []  # type: ignore[assignment]
     for name, value in headers:
         text = (value or b"").decode("utf-8", "replace")
@@ -71,6 +81,8 @@ def parse(msg: Message) -> DeadLetterRecord:
             context[name[len(P) :]] = text
         elif name == REPLAY_COUNT_HEADER:
             replays = int(text) if text.isdigit() else 0
+        elif name == TIMESTAMP_HEADER:
+            stamp = int(text) if text.isdigit() else None
         elif name.startswith("__es_sink."):
             omitted = omitted or name.endswith("value.omitted")
         else:
@@ -91,6 +103,7 @@ def parse(msg: Message) -> DeadLetterRecord:
         message=context.get("exception.message", ""),
         replay_count=replays,
         value_omitted=omitted,
+        original_timestamp=stamp,
     )
 
 
@@ -239,9 +252,16 @@ class Group:
     first: DeadLetterRecord | None = None
     last: DeadLetterRecord | None = None
     topics: dict[str, int] = field(default_factory=dict)
+    sources: set[tuple[str, int, int]] = field(default_factory=set)
+    """The distinct source records (an at-least-once re-read dead-letters one again)."""
+
+    @property
+    def records(self) -> int:
+        return len(self.sources)
 
     def add(self, dl: DeadLetterRecord) -> None:
         self.count += 1
+        self.sources.add(dl.source)
         self.topics[dl.topic] = self.topics.get(dl.topic, 0) + 1
         if self.first is None or _order(dl) < _order(self.first):
             self.first = dl
@@ -255,6 +275,7 @@ class Group:
             "error_class": self.error_class,
             "reason": self.reason,
             "count": self.count,
+            "records": self.records,
             "topics": self.topics,
             "first": _point(self.first),
             "last": _point(self.last),
@@ -324,24 +345,57 @@ def inspect(
             if chosen.matches(dl):
                 picked.append(dl)
         groups = group(picked)
+        records = len({dl.source for dl in picked})
         if json_out:
             common.emit_json(
                 {
                     "topic": settings.dlq_topic,
                     "scanned": scanned,
                     "matched": len(picked),
+                    "records": records,
                     "groups": [g.as_json(value_chars) for g in groups],
                 }
             )
             return
-        common.out.print(inspect_table(settings.dlq_topic or "", groups, value_chars))
-        common.out.print(f"{len(picked)} of {scanned} dead letters in {len(groups)} groups")
+        if common.out.width < WIDE:
+            print_groups(settings.dlq_topic or "", groups, value_chars)
+        else:
+            common.out.print(inspect_table(settings.dlq_topic or "", groups, value_chars))
+        common.out.print(
+            f"{len(picked)} of {scanned} dead letters ({records} source records) "
+            f"in {len(groups)} groups",
+            highlight=False,
+        )
+
+
+WIDE = 120
+"""Below this many columns (80 in a pipe) the groups are listed, not tabled."""
+
+
+def print_groups(topic: str, groups: Sequence[Group], value_chars: int) -> None:
+    """The groups one block each, every field on its own line (narrow terminals, pipes)."""
+    common.out.print(f"dead letters in {topic}", highlight=False, markup=False)
+    for g in groups:
+        first = g.first
+        lines = [
+            "",
+            f"{g.count} dead letters, {g.records} source records: {g.stage} {g.error_class}",
+            f"  reason: {g.reason}",
+            f"  first:  {_cell(g.first).replace(chr(10), ' ')}",
+            f"  last:   {_cell(g.last).replace(chr(10), ' ')}",
+        ]
+        if first is not None:
+            lines.append(f"  key:    {common.show_bytes(first.key, 40)}")
+            lines.append(f"  value:  {common.show_bytes(first.value, value_chars)}")
+        for line in lines:
+            common.out.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def inspect_table(topic: str, groups: Sequence[Group], value_chars: int) -> Table:
     """The groups as a table (the text form of `dlq inspect`)."""
     table = Table(
         "count",
+        "records",
         "stage",
         "exception",
         "reason",
@@ -356,6 +410,7 @@ def inspect_table(topic: str, groups: Sequence[Group], value_chars: int) -> Tabl
         first = g.first
         row = (
             g.count,
+            g.records,
             g.stage,
             g.error_class,
             g.reason,

@@ -5,10 +5,16 @@ Every replayed record goes through the flow's own processor (`flows.process.Proc
 decoding, the configured transforms, document ids and actions) and the flow's own sink
 partition (`EsSinkPartition`: bulks, classification, retries), so documents get the ids,
 indices and routing the flow gives them. The record is rebuilt with its original
-coordinates, key, value and headers (and its original timestamp, read back from the source
-topic while it still holds it), plus the replay-count header: a record that fails again
-goes back to the dead-letter topic, through the flow's dead-letter producer, with that
-header and fresh error headers.
+coordinates, key, value and headers and its original timestamp (the dead letter's
+`__es_sink.timestamp` header; for dead letters written before it existed, read back from
+the source topic while it still holds it, one pass per stretch of a partition), plus the
+replay-count header: a record that fails again goes back to the dead-letter topic, through
+the flow's dead-letter producer, with that header and fresh error headers.
+
+A dead letter of a source record already seen in this run (an at-least-once re-read
+dead-letters a record again) is counted as a duplicate and replayed once. A dry run
+decodes, transforms and encodes, and asks Elasticsearch nothing: what would be sent is
+`unverified`, never `replayed`.
 
 A replay commits its progress in its own consumer group on the dead-letter topic after
 each batch is durable (written to Elasticsearch, failures confirmed by Kafka), so an
@@ -50,6 +56,9 @@ if TYPE_CHECKING:
     from flows.config import Settings
 
 BATCH = 500
+GAP = 5000
+"""Source offsets of dead letters without a timestamp header closer than this are read in
+one pass (reading the records between them is cheaper than seeking again)."""
 BUDGET_S = 120.0
 """A replay does not wait forever on an unreachable service (the flow's default): when
 ES_RETRY_BUDGET_S / DLQ_RETRY_BUDGET_S are 0 it gives up after this long."""
@@ -61,17 +70,24 @@ class Summary:
 
     group: str
     replayed: int = 0
+    unverified: int = 0
+    """Dry run: would go to Elasticsearch, which a dry run does not ask."""
     failed: int = 0
     skipped: int = 0
+    duplicates: int = 0
+    """Dead letters of a source record already replayed in this run."""
     read: int = 0
     dry_run: bool = False
     to_topic: bool = False
     failures: dict[str, int] = field(default_factory=dict)
-    """Failed again, by stage."""
+    """Records that failed again, by the stage of their first failure (sums to `failed`)."""
 
     def line(self) -> str:
+        done = f"unverified={self.unverified}" if self.dry_run else f"replayed={self.replayed}"
         head = "dry-run: " if self.dry_run else ""
-        return f"{head}replayed={self.replayed} failed={self.failed} skipped={self.skipped}"
+        return (
+            f"{head}{done} failed={self.failed} skipped={self.skipped} duplicates={self.duplicates}"
+        )
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -80,8 +96,10 @@ class Summary:
             "to_topic": self.to_topic,
             "read": self.read,
             "replayed": self.replayed,
+            "unverified": self.unverified,
             "failed": self.failed,
             "skipped": self.skipped,
+            "duplicates": self.duplicates,
             "failed_by_stage": self.failures,
         }
 
@@ -164,31 +182,61 @@ def original(dl: DeadLetterRecord, timestamp: int | None) -> OriginalMessage:
 def original_timestamps(
     settings: Settings, letters: Sequence[DeadLetterRecord]
 ) -> dict[tuple[str, int, int], int]:
-    """The source records' own timestamps, read back where the source topic still holds
-    them (dated indices and timestamp transforms see what the flow saw)."""
-    from confluent_kafka import TopicPartition
-
+    """The source records' own timestamps (dated indices and timestamp transforms see what
+    the flow saw): from the dead letters' header, else read back where the source topic
+    still holds them, one pass per stretch of offsets closer than GAP."""
+    found: dict[tuple[str, int, int], int] = {}
     wanted: dict[tuple[str, int], set[int]] = {}
     for dl in letters:
-        if dl.offset >= 0:
+        if dl.original_timestamp is not None:
+            found[dl.source] = dl.original_timestamp
+        elif dl.offset >= 0:
             wanted.setdefault((dl.topic, dl.partition), set()).add(dl.offset)
+    if wanted:
+        found.update(_read_timestamps(settings, wanted))
+    return found
+
+
+def _read_timestamps(
+    settings: Settings, wanted: dict[tuple[str, int], set[int]]
+) -> dict[tuple[str, int, int], int]:
+    from confluent_kafka import KafkaException, TopicPartition
+
     found: dict[tuple[str, int, int], int] = {}
-    if not wanted:
-        return found
     c = common.consumer(settings)
     try:
         for (topic, partition), offsets in wanted.items():
-            for offset in sorted(offsets):
-                if (topic, partition, offset) in found:
+            try:
+                low, high = c.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=common.KAFKA_TIMEOUT_S
+                )
+            except KafkaException:  # the topic is gone: the timestamps are too
+                continue
+            for begin, end in _stretches(sorted(o for o in offsets if low <= o < high)):
+                try:
+                    for m in common.read_range(
+                        c, topic, partition, begin, end, 5.0, "KAFKA_TOPICS"
+                    ):
+                        ts_type, ts = m.timestamp()
+                        offset = int(m.offset() or 0)
+                        if offset in offsets and ts_type and ts >= 0:
+                            found[(topic, partition, offset)] = ts
+                except common.Problem:  # deleted meanwhile: replayed without its timestamp
                     continue
-                c.assign([TopicPartition(topic, partition, offset)])
-                for m in c.consume(min(len(offsets), 500), 2.0):
-                    ts_type, ts = m.timestamp()
-                    if m.error() is None and ts_type and ts >= 0:
-                        found[(topic, partition, int(m.offset() or 0))] = ts
     finally:
         c.close()
     return found
+
+
+def _stretches(offsets: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted offsets as `[begin, end)` ranges, a new one where the gap exceeds GAP."""
+    out: list[tuple[int, int]] = []
+    for o in offsets:
+        if out and o - out[-1][1] < GAP:
+            out[-1] = (out[-1][0], o + 1)
+        else:
+            out.append((o, o + 1))
+    return out
 
 
 class Replayer:
@@ -281,6 +329,7 @@ def replay(
     producer = None if (dry_run or not to_topic) else _producer(settings)
     batch: list[DeadLetterRecord] = []
     positions: dict[int, int] = {}
+    seen: set[tuple[str, int, int]] = set()
 
     def flush() -> None:
         _replay_batch(settings, batch, summary, replayer, producer, dry_run)
@@ -304,6 +353,10 @@ def replay(
             if dl.value_omitted or dl.offset < 0:
                 summary.skipped += 1  # the dead letter does not hold the original value
                 continue
+            if dl.source in seen:
+                summary.duplicates += 1
+                continue
+            seen.add(dl.source)
             picked += 1
             batch.append(dl)
             if len(batch) >= BATCH:
@@ -335,13 +388,18 @@ def _replay_batch(
     messages = [original(dl, stamps.get((dl.topic, dl.partition, dl.offset))) for dl in batch]
     before = len(replayer.failed_again)
     _, dropped = replayer.run(messages)
-    failed = replayer.failed_again[before:]
-    failed_records = {(d.record.topic, d.record.partition, d.record.offset) for d in failed}
-    for d in failed:
-        summary.failures[d.stage] = summary.failures.get(d.stage, 0) + 1
-    summary.failed += len(failed_records)
+    stages: dict[tuple[str, int, int], str] = {}
+    for d in replayer.failed_again[before:]:  # a fanned-out record may fail more than once
+        stages.setdefault((d.record.topic, d.record.partition, d.record.offset), d.stage)
+    for stage in stages.values():
+        summary.failures[stage] = summary.failures.get(stage, 0) + 1
+    summary.failed += len(stages)
     summary.skipped += dropped
-    summary.replayed += len(batch) - len(failed_records) - dropped
+    done = len(batch) - len(stages) - dropped
+    if dry_run:
+        summary.unverified += done
+    else:
+        summary.replayed += done
 
 
 def _producer(settings: Settings) -> Any:
@@ -379,7 +437,10 @@ def replay_command(
     until: str | None = UntilOpt,
     grep: str | None = GrepOpt,
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="Report what would happen; write nothing."
+        False,
+        "--dry-run",
+        help="Decode, transform and encode; write nothing. Elasticsearch is not asked: "
+        "what it would be sent is counted as unverified.",
     ),
     to_topic: bool = typer.Option(
         False, "--to-topic", help="Re-produce the originals to their topic instead."
@@ -406,5 +467,11 @@ def replay_command(
             common.emit_json({**summary.as_json(), "summary": summary.line()})
         else:
             common.out.print(summary.line(), highlight=False)
+            if summary.unverified:
+                common.out.print(
+                    "unverified: decoded, transformed and encoded, not sent: Elasticsearch "
+                    "may still refuse them (a mapping); replay without --dry-run to know",
+                    highlight=False,
+                )
         if summary.failed:
             raise typer.Exit(common.PROBLEM)

@@ -12,6 +12,9 @@ MAX_STACKTRACE_CHARS = 8000
 _P = "__connect.errors."
 VALUE_OMITTED_HEADER = "__es_sink.value.omitted"
 """Set (saying where the original is) on a dead letter sent without its value: too large."""
+TIMESTAMP_HEADER = "__es_sink.timestamp"
+"""The original record's timestamp (epoch ms), so a replay gives the record the time the
+flow saw without reading the source topic again; absent when the record had none."""
 
 
 def error_headers(dl: DeadLetter, secrets: Sequence[str] = ()) -> list[tuple[str, bytes]]:
@@ -25,6 +28,8 @@ def error_headers(dl: DeadLetter, secrets: Sequence[str] = ()) -> list[tuple[str
         (_P + "exception.class.name", dl.error_class.encode()),
         (_P + "exception.message", _redact(dl.message, secrets, MAX_MESSAGE_CHARS).encode()),
     ]
+    if rec.timestamp is not None:
+        headers.append((TIMESTAMP_HEADER, str(rec.timestamp).encode()))
     if dl.stacktrace:
         trace = _redact(dl.stacktrace, secrets, MAX_STACKTRACE_CHARS)
         headers.append((_P + "exception.stacktrace", trace.encode()))

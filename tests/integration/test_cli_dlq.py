@@ -77,19 +77,22 @@ def test_inspect_groups_the_failures_and_replay_after_the_fix(services, names, e
     none = run_cli(services, env, "dlq", "inspect", "--json", "--topic", "other").json()
     assert none["groups"] == [] and none["matched"] == 0
     table = run_cli(services, env, "dlq", "inspect")
-    assert table.exit_code == 0 and "10 of 10 dead letters in 4 groups" in table.stdout
+    assert table.exit_code == 0
+    assert "10 of 10 dead letters (10 source records) in 4 groups" in table.stdout
     print(table.stdout)
 
     # A dry run writes nothing and commits nothing.
     dry = run_cli(services, env, "dlq", "replay", "--dry-run", "--json")
-    assert dry.json()["summary"] == "dry-run: replayed=4 failed=6 skipped=0", dry.stdout
+    summary = "dry-run: unverified=4 failed=6 skipped=0 duplicates=0"
+    assert dry.json()["summary"] == summary, dry.stdout
+    assert dry.json()["replayed"] == 0  # Elasticsearch was not asked
     assert len(consume_all(services.kafka, dlq)) == 10
 
     # The fix: the field the strict mapping lacked.
     es.indices.put_mapping(index=topic, properties={"color": {"type": "keyword"}})
     replay = run_cli(services, env, "dlq", "replay")
     assert replay.exit_code == 1  # records failed again: a problem found
-    assert replay.stdout.strip() == "replayed=4 failed=6 skipped=0"
+    assert replay.stdout.strip() == "replayed=4 failed=6 skipped=0 duplicates=0"
     print(replay.stdout)
     es.indices.refresh(index=topic)
     for i in range(4):
@@ -107,7 +110,7 @@ def test_inspect_groups_the_failures_and_replay_after_the_fix(services, names, e
     # Run again: the replay group has committed everything, so only the 6 that failed in
     # the replay are read, and they fail once more (replay count 2).
     second = run_cli(services, env, "dlq", "replay", "--json").json()
-    assert second["summary"] == "replayed=0 failed=6 skipped=0"
+    assert second["summary"] == "replayed=0 failed=6 skipped=0 duplicates=0"
     last = [dict(m.headers()) for m in consume_all(services.kafka, dlq)[16:]]
     assert [h["__es_sink.replay.count"] for h in last] == [b"2"] * 6
 
@@ -127,15 +130,15 @@ def test_an_interrupted_replay_resumes(services, names, es) -> None:
     assert [es.get(index=topic, id=f"m{i}")["_version"] for i in range(4)] == [1, 1, 1, 1]
     # Nothing else is left for that selection; the unfiltered replay has its own group.
     done = run_cli(services, env, "dlq", "replay", "--stage", "index", "--json").json()
-    assert done["summary"] == "replayed=0 failed=0 skipped=0"
+    assert done["summary"] == "replayed=0 failed=0 skipped=0 duplicates=0"
     everything = run_cli(services, env, "dlq", "replay", "--dry-run", "--json").json()
-    assert everything["summary"] == "dry-run: replayed=4 failed=6 skipped=0"
+    assert everything["summary"] == "dry-run: unverified=4 failed=6 skipped=0 duplicates=0"
 
 
 def test_replay_to_topic_reproduces_the_originals(services, names, es) -> None:
     topic, _, env = _scenario(services, names, es)
     run = run_cli(services, env, "dlq", "replay", "--stage", "deserialize", "--to-topic")
-    assert run.stdout.strip() == "replayed=4 failed=0 skipped=6", run.stderr
+    assert run.stdout.strip() == "replayed=4 failed=0 skipped=6 duplicates=0", run.stderr
     tail = consume_all(services.kafka, topic)[20:]
     assert [(m.key(), m.value()) for m in tail] == [
         (b"d0", b"{not json"), (b"d1", b"{not json"), (b"d2", b"{not json"), (b"d9", b"[1, 2]")

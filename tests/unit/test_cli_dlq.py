@@ -4,6 +4,7 @@ dead-letter record parsing."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -163,3 +164,57 @@ def test_parse_separates_the_original_headers_from_the_context() -> None:
     )  # fmt: skip
     assert dl.original_headers == (("trace", b"abc"),)
     assert dl.replay_count == 2 and (dl.dlq_partition, dl.dlq_offset) == (2, 9)
+    assert dl.original_timestamp == 5  # the source record's own timestamp travels along
+
+
+def test_a_record_without_a_timestamp_has_no_timestamp_header() -> None:
+    from sinks.dead_letter.headers import TIMESTAMP_HEADER, error_headers
+    from sinks.model import DeadLetter, Record
+
+    rec = Record("orders", 3, 41, None, b"k", b"v", ())
+    headers = error_headers(DeadLetter(rec, "index", "C", "why"))
+    assert TIMESTAMP_HEADER not in dict(headers)
+    assert parse(_Msg(headers)).original_timestamp is None  # type: ignore[arg-type]
+
+
+def test_groups_count_distinct_source_records() -> None:
+    letters = [_dl("index", "failed [price]", i, 1000 + i) for i in range(3)]
+    letters += [replace(letters[0], dlq_offset=50), replace(letters[1], dlq_offset=51)]
+    (g,) = group(letters)
+    assert (g.count, g.records) == (5, 3)
+    assert g.as_json()["records"] == 3
+
+
+def test_inspect_lists_groups_in_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from flows.cli import dlq
+
+    buffer = StringIO()
+    monkeypatch.setattr(common, "out", Console(file=buffer, width=80, soft_wrap=True))
+    letters = [_dl("deserialize", "invalid JSON: unexpected character", 1, 1000, "nc-orders")]
+    dlq.print_groups("nc-dlq", group(letters), 80)
+    text = buffer.getvalue()
+    assert "1 dead letters, 1 source records: deserialize E" in text
+    assert "  first:  nc-orders/0@10 1970-01-01T00:00:01.000+00:00" in text
+    assert "…" not in text
+
+
+def test_offsets_close_together_are_read_in_one_pass() -> None:
+    from flows.cli.replay import GAP, _stretches
+
+    assert _stretches([]) == []
+    assert _stretches([3, 4, 10, 10 + GAP + 20]) == [(3, 11), (10 + GAP + 20, 10 + GAP + 21)]
+
+
+def test_a_dry_run_calls_what_it_did_not_send_unverified() -> None:
+    from flows.cli.replay import Summary
+
+    dry = Summary("g", unverified=4, failed=6, duplicates=2, dry_run=True)
+    assert dry.line() == "dry-run: unverified=4 failed=6 skipped=0 duplicates=2"
+    assert "replayed" not in dry.line()
+    real = Summary("g", replayed=4, failed=6, failures={"index": 6})
+    assert real.line() == "replayed=4 failed=6 skipped=0 duplicates=0"
+    assert sum(real.as_json()["failed_by_stage"].values()) == real.as_json()["failed"]
