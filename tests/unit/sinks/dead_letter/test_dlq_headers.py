@@ -47,6 +47,7 @@ def test_error_headers_exact() -> None:
         (P + "stage", b"index"),
         (P + "exception.class.name", b"elasticsearch.x"),
         (P + "exception.message", b"it failed"),
+        ("__es_sink.timestamp", b"1700000000000"),  # the record's own, for replays
     ]
 
 
@@ -54,7 +55,7 @@ def test_stacktrace_header_only_when_present() -> None:
     assert P + "exception.stacktrace" not in header_dict(error_headers(dl(stacktrace=None)))
     assert P + "exception.stacktrace" not in header_dict(error_headers(dl(stacktrace="")))
     headers = error_headers(dl(stacktrace="Traceback ...\nRuntimeError: boom\n"))
-    assert len(headers) == 7
+    assert len(headers) == 8
     assert headers[-1] == (P + "exception.stacktrace", b"Traceback ...\nRuntimeError: boom\n")
 
 
