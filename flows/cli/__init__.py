@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli import check, control, dlq, offsets, plugins, status, verify
+from flows.cli import check, control, dlq, offsets, plugins, preview, status, verify
 from flows.cli import replay as replay  # registers `dlq replay` on dlq_app
 
 app = typer.Typer(
     name="es-sink",
-    help="Operate an es-sink flow: check, status, dead letters, verify, offsets.",
+    help="Operate an es-sink flow: check, preview, status, dead letters, verify, offsets.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -28,6 +28,7 @@ app.command("plugins")(plugins.plugins)
 app.command("status")(status.status)
 app.add_typer(dlq.dlq_app, name="dlq")
 app.command("verify")(verify.verify_command)
+app.command("preview")(preview.preview_command)
 app.add_typer(offsets.offsets_app, name="offsets")
 app.command("pause")(control.pause)
 app.command("resume")(control.resume)
