@@ -109,9 +109,9 @@ def run_checks(
         if settings.dlq_topic:
             report.run("dead-letter topic", lambda: _dead_letter_topic(settings, meta))
     if report.run("elasticsearch", lambda: _elasticsearch(settings)):
-        report.run(
-            "privileges", lambda: _privileges(settings, list(found) or list(settings.topics))
-        )
+        targets = list(found) or list(settings.topics)
+        if targets:  # else no index is known yet (the topics check says why)
+            report.run("privileges", lambda: _privileges(settings, targets))
         if settings.es_pipeline:
             report.run("pipeline", lambda: _pipeline(settings))
         if settings.es_index_template_name:

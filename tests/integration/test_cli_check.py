@@ -162,3 +162,4 @@ def test_a_regex_that_matches_nothing_is_named(services, names) -> None:
     run = run_cli(services, env, "check", "--json")
     assert run.exit_code == 1
     assert run.json()["problems"][0].startswith("KAFKA_TOPICS_REGEX: no topic matches")
+    assert "privileges" not in {c["check"] for c in run.json()["checks"]}
