@@ -50,7 +50,8 @@ _CACHE_LIMIT = 1_000
 
 
 def build_avro(settings: Settings, is_value: bool) -> Decoder:
-    """The `avro` converter (see the module docstring)."""
+    """The `avro` converter: Confluent-framed Avro decoded with the writer schema from the
+    Schema Registry; bytes, decimals, dates and uuids become JSON text."""
     return RegistryDecoder("avro", is_value, registry_conf(settings), _avro)
 
 

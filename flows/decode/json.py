@@ -179,7 +179,8 @@ def _json_key_decoder() -> Decoder:
 
 
 def build_connect_json(settings: Settings, is_value: bool) -> Decoder:
-    """The `connect-json` converter (see the module docstring)."""
+    """The `connect-json` converter: Kafka Connect `JsonConverter` messages, the `payload`
+    of a `{schema, payload}` envelope, else the message itself."""
 
     def decode_connect(record: Record) -> Any:
         data: bytes = record.value if is_value else record.key  # type: ignore[assignment]

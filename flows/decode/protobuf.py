@@ -53,7 +53,8 @@ if TYPE_CHECKING:
 
 
 def build_protobuf(settings: Settings, is_value: bool) -> Decoder:
-    """The `protobuf` converter (see the module docstring)."""
+    """The `protobuf` converter: Confluent-framed protobuf decoded with the writer schema
+    from the Schema Registry, as proto3 JSON with exact 64-bit integers."""
     return RegistryDecoder("protobuf", is_value, registry_conf(settings), _protobuf)
 
 

@@ -64,7 +64,8 @@ DESERIALIZER_CONF = {"subject.name.strategy.type": "TOPIC"}
 
 
 def build_json_schema(settings: Settings, is_value: bool) -> Decoder:
-    """The `json-schema` converter (see the module docstring)."""
+    """The `json-schema` converter: Confluent-framed JSON validated against the writer
+    schema from the Schema Registry, then parsed as `json`."""
     return RegistryDecoder("json-schema", is_value, registry_conf(settings), _json_schema)
 
 

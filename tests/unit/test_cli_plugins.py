@@ -37,3 +37,9 @@ def test_the_tables_name_every_plugin() -> None:
 
 def test_an_unknown_subcommand_is_bad_usage() -> None:
     assert CliRunner().invoke(app, ["nope"]).exit_code == 2
+
+
+def test_every_converter_says_what_it_does() -> None:
+    found = json.loads(CliRunner().invoke(app, ["plugins", "--json"]).stdout)
+    for c in found["converters"]:
+        assert c["doc"] and "docstring" not in c["doc"], c
