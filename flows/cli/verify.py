@@ -74,7 +74,10 @@ class Report:
     records: int = 0
     documents: int = 0
     compared: int = 0
-    dead_lettered: int = 0
+    refused_by_es: int = 0
+    """Documents not compared: Elasticsearch refused a write to them (dead-lettered)."""
+    failed_before_index: int = 0
+    """Records the flow dead-letters before Elasticsearch (decoding, transforms, actions)."""
     in_flight: int = 0
     content_compared: bool = True
     found: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {k: [] for k in KINDS})
@@ -102,7 +105,9 @@ class Report:
             "records": self.records,
             "documents": self.documents,
             "compared": self.compared,
-            "dead_lettered": self.dead_lettered,
+            "dead_lettered": self.refused_by_es,  # the former name of refused_by_es
+            "refused_by_es": self.refused_by_es,
+            "failed_before_index": self.failed_before_index,
             "in_flight": self.in_flight,
             "content_compared": self.content_compared,
             "counts": {k: len(v) for k, v in self.found.items()},
@@ -115,8 +120,8 @@ class Report:
         )
         out = [
             f"verified {ranges}: records={self.records} documents={self.documents} "
-            f"compared={self.compared} dead_lettered={self.dead_lettered} "
-            f"in_flight={self.in_flight}",
+            f"compared={self.compared} refused_by_es={self.refused_by_es} "
+            f"failed_before_index={self.failed_before_index} in_flight={self.in_flight}",
             " ".join(f"{k}={len(v)}" for k, v in self.found.items()),
         ]
         for kind, items in self.found.items():
@@ -235,6 +240,7 @@ def verify(
                 bar.advance(task, len(batch))
     finally:
         c.close()
+    report.failed_before_index = len(seen.failed)
     dead = _dead_lettered(settings, topics) if settings.dlq_topic else {}
     for coords, why in seen.failed.items():
         if coords not in dead:
@@ -310,7 +316,7 @@ def _compare(
 ) -> None:
     report.documents = len(keys)
     skipped = {k for k in keys if any(w.coords in dead for w in writes[k])}
-    report.dead_lettered = len(skipped)
+    report.refused_by_es = len(skipped)
     keys = [k for k in keys if k not in skipped]
     if sample is not None and sample < len(keys):
         keys = random.sample(keys, sample)

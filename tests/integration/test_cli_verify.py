@@ -45,6 +45,8 @@ def test_verify_finds_what_was_planted_and_nothing_on_a_clean_index(services, na
     report = clean.json()
     assert report["ok"] and set(report["counts"].values()) == {0}
     assert (report["records"], report["documents"], report["compared"]) == (33, 11, 11)
+    # The undecodable record is accounted for; Elasticsearch refused nothing.
+    assert (report["failed_before_index"], report["refused_by_es"]) == (1, 0)
     assert [(r["partition"], r["from"], r["to"]) for r in report["ranges"]] == [
         (0, 0, 17),
         (1, 0, 16),

@@ -65,3 +65,16 @@ def test_a_document_a_script_wrote_is_checked_for_presence_only() -> None:
     assert report.ok  # a script on a missing document: only the script knows
     _judge(key, writes, {"found": False}, report)
     assert [d["detail"] for d in report.found["missing"]] == ["not in Elasticsearch"]
+
+
+def test_the_summary_accounts_for_records_that_never_reached_elasticsearch() -> None:
+    from flows.cli.verify import Report
+
+    report = Report(records=40, documents=36, refused_by_es=2, failed_before_index=4)
+    assert "refused_by_es=2 failed_before_index=4" in report.lines()[0]
+    shape = report.as_json()
+    assert (shape["refused_by_es"], shape["failed_before_index"], shape["dead_lettered"]) == (
+        2,
+        4,
+        2,
+    )
