@@ -173,9 +173,19 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def test_a_retried_script_runs_once(services, es, names):
     """The first write of x is refused for a while (429, as an ingest-side rejection of one
     item answers): its retry must not run the later script of x a second time."""
-    if not _painless(es):
-        pytest.skip("the node cannot run Painless (see the module docstring)")
     topic = _topic(services, names, "script-retry")
+    env = {
+        "KAFKA_TOPICS": topic,
+        "KAFKA_GROUP_ID": topic,
+        "WRITE_METHOD": "script",
+        "ES_SCRIPT_SOURCE": COUNTER,
+        "ON_MISSING_DOCUMENT": "upsert",
+        "BULK_LINGER_MS": "1000",
+    }
+    if not _painless(es):
+        says = "ES_SCRIPT_LANG: Elasticsearch cannot run the script"
+        _no_painless_stops(services, es, topic, env, says)
+        return
     es.index(index=topic, id="x", document={"n": 0}, refresh=True)
     produce(services.kafka, topic, [(b"x", b'{"n": 1}'), (b"x", b'{"n": 1}')])
     seen: dict[str, int] = {}
@@ -185,14 +195,6 @@ def test_a_retried_script_runs_once(services, es, names):
             seen["fault"] = call.n
             call.fake(call.ids().index("x"), 429, BUSY)
 
-    env = {
-        "KAFKA_TOPICS": topic,
-        "KAFKA_GROUP_ID": topic,
-        "WRITE_METHOD": "script",
-        "ES_SCRIPT_SOURCE": COUNTER,
-        "ON_MISSING_DOCUMENT": "upsert",
-        "BULK_LINGER_MS": "1000",
-    }
     with EsProxy(services.es_url) as proxy:
         proxy.rule = rule
         run = run_flow(services, {**env, "ES_HOSTS": proxy.url})
@@ -206,14 +208,8 @@ def test_a_retried_script_runs_once(services, es, names):
 def test_a_script_that_remembers_offsets_skips_a_replayed_record(services, es, names):
     """The README's pattern with ES_SCRIPT_RECORD=true: the same records read again (a
     replay after a crash; here, a second group) leave the counter as it was."""
-    if not _painless(es):
-        pytest.skip("the node cannot run Painless (see the module docstring)")
     (script,) = re.findall(r"```painless\n(.*?)```", README.read_text(), re.DOTALL)
     topic = _topic(services, names, "script-replay")
-    mappings = {"properties": {"applied": {"type": "object", "enabled": False}}}
-    es.indices.create(index=topic, mappings=mappings)
-    es.index(index=topic, id="x", document={"n": 10}, refresh=True)
-    produce(services.kafka, topic, [(b"x", b'{"n": 1}')] * 3 + [(b"new", b'{"n": 5}')])
     env = {
         "KAFKA_TOPICS": topic,
         "WRITE_METHOD": "script",
@@ -222,6 +218,14 @@ def test_a_script_that_remembers_offsets_skips_a_replayed_record(services, es, n
         "ON_MISSING_DOCUMENT": "upsert",
         "ES_SCRIPTED_UPSERT": "true",
     }
+    if not _painless(es):
+        says = "ES_SCRIPT_LANG: Elasticsearch cannot run the script"
+        _no_painless_stops(services, es, topic, env, says)
+        return
+    mappings = {"properties": {"applied": {"type": "object", "enabled": False}}}
+    es.indices.create(index=topic, mappings=mappings)
+    es.index(index=topic, id="x", document={"n": 10}, refresh=True)
+    produce(services.kafka, topic, [(b"x", b'{"n": 1}')] * 3 + [(b"new", b'{"n": 5}')])
     for group in ("first", "replay"):
         run = run_flow(services, {**env, "KAFKA_GROUP_ID": f"{topic}-{group}"})
         assert run.returncode == 0, run.output
