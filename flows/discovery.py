@@ -14,10 +14,20 @@ Here:
 - a partition without a snapshot or committed offset, of a group that has committed
   offsets for this flow's topics, appeared after the group began: it starts at its
   earliest offset even under KAFKA_AUTO_OFFSET_RESET=latest (`earliest_reason`).
+- a partition added to a topic the group already read (no committed offset while older
+  partitions of the topic have one) reads and commits nothing until the group's committed
+  offsets of those older partitions reach the end offsets they had when this execution
+  started (`find_grown`, `NewPartitionHold`). Producers place a key by `hash(key) % N`, so
+  adding partitions moves about half of the keys: their older writes wait in the older
+  partitions' backlog while the newer ones go to the new partition. Committing nothing
+  while held keeps the hold over a restart or a crash: the next start finds the partition
+  new again, with later end offsets. A producer that learns the new partition count late
+  can still write a moved key to its old partition after that point: this narrows the
+  window, only VERSION=header:<name> closes it.
 - VERSION=offset compares offsets, which only one partition orders: unless every record
   is its own document (DOC_ID=coordinates), a start refuses a topic of more than one
   partition and partitions added while running stop the flow (`VERSION_FIX`); a start
-  also refuses a recreated or truncated topic (`check_offsets_comparable`).
+  also refuses a recreated or truncated topic (`check_start`).
 - a partition a recovery store holds but this run does not read (topic no longer
   configured) must still be listed, or Bytewax cannot resume (review finding F8): it
   becomes a `RetiredPartition`.
@@ -36,11 +46,12 @@ from dataclasses import dataclass, field
 from typing import Literal, cast
 
 from bytewax.inputs import StatefulSourcePartition
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, Message, TopicPartition
 
 from flows import shutdown
 from flows.config import Settings
 from flows.errors import ConfigError
+from flows.fencing import CHECK_TIMEOUT_S, metadata_fields
 from flows.recovery_store import SOURCE_KEY, stored_keys
 from flows.runtime import restart_argv
 from flows.topics import committed, find_topics
@@ -113,12 +124,14 @@ def _ints(values: Iterable[int]) -> str:
 class _Execution:
     listed: dict[str, set[int]] = field(default_factory=dict)
     watching: bool = False
-    checked: bool = False
+    started: bool = False  # `check_start` ran
+    grown: Grown = field(default_factory=dict)
     restart: bool = False
     fatal: str | None = None
 
 
 _lock = threading.Lock()
+_start_lock = threading.Lock()  # `check_start`: one worker looks, the others wait for it
 _executions: dict[Settings, _Execution] = {}  # Settings hash by identity
 _exit_hook = False
 
@@ -287,17 +300,19 @@ def earliest_reason(
     return None
 
 
-def check_offsets_comparable(settings: Settings, found: Partitions) -> None:
-    """`offsets_comparable`, once per execution."""
-    if settings.version != "offset":
-        return
-    with _lock:
-        ex = _executions.setdefault(settings, _Execution())
-        if ex.checked:
-            return
-    offsets_comparable(settings, found)
-    with _lock:
-        ex.checked = True
+def check_start(settings: Settings, found: Partitions) -> None:
+    """Once per execution, before any partition is built (the entry point, then every
+    worker's `KafkaSource.list_parts`): refuse what VERSION=offset cannot order
+    (`offsets_comparable`) and find the partitions to hold (`find_grown`)."""
+    with _start_lock:
+        with _lock:
+            ex = _executions.setdefault(settings, _Execution())
+            if ex.started:
+                return
+        offsets_comparable(settings, found)
+        grown = find_grown(settings, found)
+        with _lock:
+            ex.grown, ex.started = grown, True
 
 
 def offsets_comparable(settings: Settings, found: Partitions) -> None:
@@ -315,12 +330,18 @@ def offsets_comparable(settings: Settings, found: Partitions) -> None:
                     f"with DOC_ID={settings.doc_id}; {VERSION_FIX}"
                 )
                 raise ConfigError(msg)
-    overrides = {"group.id": settings.group_id, "enable.auto.commit": "false"}
-    consumer = Consumer(settings.librdkafka(None, **overrides))
+    consumer = group_consumer(settings)
     try:
         _check_offsets(consumer, settings.group_id, found)
     finally:
         consumer.close()
+
+
+def group_consumer(settings: Settings) -> Consumer:
+    """A consumer of the flow's group that only asks (committed and end offsets): it never
+    reads, commits or joins the group."""
+    overrides = {"group.id": settings.group_id, "enable.auto.commit": "false"}
+    return Consumer(settings.librdkafka(None, **overrides))
 
 
 _PARTITIONS = "es-sink partitions="
@@ -331,6 +352,12 @@ def commit_metadata(settings: Settings, topic: str) -> str:
     a record of the topic's shape for whoever reads the group's offsets."""
     parts = (listed(settings) or {}).get(topic)
     return f"{_PARTITIONS}{len(parts)}" if parts else ""
+
+
+def _listed_count(metadata: str | None) -> int:
+    """The partition count a commit's metadata names (`commit_metadata`; 0: none)."""
+    count = metadata_fields(metadata).get("partitions", "")
+    return int(count) if count.isdigit() else 0
 
 
 def _check_offsets(consumer: Consumer, group: str, found: Partitions) -> None:
@@ -353,6 +380,129 @@ def above_log_end(topic: str, partition: int, offset: int, origin: str, high: in
         f"to the versions already indexed: use VERSION=none or VERSION=header:<name>, or a "
         f"new group and recovery directory"
     )
+
+
+# -- partitions added to a topic the group already read
+
+Grown = dict[tuple[str, int], dict[int, int]]
+"""(topic, new partition) -> {older partition: its end offset at start}, for the older
+partitions whose committed offset was below their end."""
+
+
+def _behind(committed: int, end: int) -> bool:
+    return max(committed, 0) < end  # no committed offset (-1001): nothing read yet
+
+
+def find_grown(settings: Settings, found: Partitions) -> Grown:
+    """The partitions added to a topic while the group had not read its older partitions
+    to their ends, each with those partitions' end offsets now.
+
+    New: no committed offset while partitions of its topic have one (a partition that reads
+    commits in its first epoch; a held one commits nothing). Older: those with a committed
+    offset and, for a partition at or above the partition count their commits name (added
+    by a later change), the new partitions below that count, still held for an earlier
+    change. A partition added to a topic whose older partitions are all read to their end
+    reads at once."""
+    wide = {t: sorted(ps) for t, ps in found.items() if len(ps) > 1}
+    if not wide:
+        return {}
+    olders: dict[tuple[str, int], list[int]] = {}
+    consumer = group_consumer(settings)
+    try:
+        tps = [TopicPartition(t, p) for t, ps in wide.items() for p in ps]
+        done = {(tp.topic, tp.partition): tp for tp in committed(consumer, tps)}
+        for topic, parts in wide.items():
+            read = [p for p in parts if done[topic, p].offset >= 0]
+            new = [p for p in parts if done[topic, p].offset < 0]
+            count = max((_listed_count(done[topic, p].metadata) for p in read), default=0)
+            for p in new if read else ():
+                olders[topic, p] = read + [q for q in new if q < count <= p]
+        wanted = sorted({(t, q) for (t, _), qs in olders.items() for q in qs})
+        asked = [TopicPartition(t, q, OFFSET_END) for t, q in wanted]
+        ends: dict[tuple[str, int], int] = {}
+        for tp in consumer.offsets_for_times(asked, timeout=30) if asked else ():
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            ends[tp.topic, tp.partition] = tp.offset
+    finally:
+        consumer.close()
+    grown: Grown = {}
+    for (topic, p), qs in olders.items():
+        behind = {q: ends[topic, q] for q in qs if _behind(done[topic, q].offset, ends[topic, q])}
+        if behind:
+            grown[topic, p] = behind
+    return grown
+
+
+def new_partition_hold(settings: Settings, topic: str, partition: int) -> NewPartitionHold | None:
+    """The hold of a partition `check_start` found new (None: it reads at once)."""
+    with _lock:
+        ex = _executions.get(settings)
+        ends = None if ex is None else ex.grown.get((topic, partition))
+    return None if ends is None else NewPartitionHold(topic, partition, ends)
+
+
+class NewPartitionHold:
+    """A partition `find_grown` found reads and commits nothing until the group's committed
+    offsets of the older partitions it waits for reach their end offsets at start: until
+    the older writes of the keys that moved to it are in Elasticsearch. Asked once per
+    epoch, as commits move once per epoch."""
+
+    def __init__(self, topic: str, partition: int, ends: Mapping[int, int]) -> None:
+        self._topic, self._partition = topic, partition
+        self._ends = dict(ends)
+        self._due = True
+        self._failing = False
+        logger.warning(
+            "source partition %s/%d: added to its topic while the group had not read the "
+            "older partitions to their end; reading and committing nothing until the "
+            "group's committed offsets reach %s, so that the older writes of keys that "
+            "moved here land first",
+            topic, partition, self._waited(),
+        )  # fmt: skip
+
+    def _waited(self) -> str:
+        return ", ".join(f"{self._topic}/{q}@{end}" for q, end in sorted(self._ends.items()))
+
+    def describe(self) -> str:
+        """Why the partition reads nothing (the status API; read from another thread)."""
+        return f"new partition: waiting for the older partitions to reach {self._waited()}"
+
+    def mark_due(self) -> None:
+        """An epoch ended (`snapshot()`): ask again at the next `next_batch`."""
+        self._due = True
+
+    def holding(self, consumer: Consumer) -> bool:
+        """Whether to read nothing yet; asks Kafka once an epoch. False is final."""
+        if not self._due:
+            return True
+        self._due = False
+        tps = [TopicPartition(self._topic, q) for q in sorted(self._ends)]
+        try:
+            got = consumer.committed(tps, timeout=CHECK_TIMEOUT_S)
+        except KafkaException as e:
+            if not self._failing:
+                logger.warning(
+                    "source partition %s/%d: cannot ask the group's committed offsets of the "
+                    "older partitions (%s); still reading nothing",
+                    self._topic, self._partition, e,
+                )  # fmt: skip
+            self._failing = True
+            return True
+        self._failing = False
+        self._ends = {
+            tp.partition: self._ends[tp.partition]
+            for tp in got
+            if tp.error is not None or _behind(tp.offset, self._ends[tp.partition])
+        }
+        if self._ends:
+            return True
+        logger.warning(
+            "source partition %s/%d: the older partitions of its topic reached their end "
+            "offsets; reading",
+            self._topic, self._partition,
+        )  # fmt: skip
+        return False
 
 
 # -- partitions this run does not read

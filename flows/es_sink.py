@@ -53,7 +53,8 @@ try:
     # This module is the app's entry point, so it may ask Kafka before Bytewax starts: a
     # missing topic or an unreachable broker is then one clear line, not a worker panic.
     # VERSION=offset on a topic that got partitions or was recreated: refused here too.
-    discovery.check_offsets_comparable(_settings, find_topics(_settings))
+    # Partitions added to a topic are found here too, before any partition reads.
+    discovery.check_start(_settings, find_topics(_settings))
     check_credentials(sink_config.connection(_settings))  # the sink's client, shared
 except ConfigError as _e:
     sys.exit(config_failure.line(_e))

@@ -60,7 +60,7 @@ RECOMMIT_S = 3600.0
 a partition's offset `offsets.retention.minutes` (7 days) after its last commit."""
 _SEP = "/"  # never legal in a topic name, so `topic/partition` splits unambiguously
 _IDLE_WAKE = timedelta(milliseconds=20)
-_FENCE_RETRY = timedelta(milliseconds=200)  # waiting to own the partition (flows.fencing)
+_HELD_WAKE = timedelta(milliseconds=200)  # waiting to own it (fencing), or for older ones
 _LIVE: weakref.WeakSet[KafkaSourcePartition] = weakref.WeakSet()
 
 
@@ -79,7 +79,7 @@ class KafkaSource(FixedPartitionedSource[Message, int]):
         store holds that this run does not read (Bytewax cannot resume a stored key nobody
         lists: they become retired partitions). Starts this process's metadata watcher."""
         found = find_topics(self._settings)
-        discovery.check_offsets_comparable(self._settings, found)
+        discovery.check_start(self._settings, found)
         discovery.watch(self._settings, found)
         live = [f"{t}{_SEP}{p}" for t, parts in found.items() for p in parts]
         return live + discovery.retired_keys(live)
@@ -108,6 +108,8 @@ class PartitionView:
     confirmed: int | None
     """The last offset commit Kafka confirmed to this process."""
     paused: bool
+    held: str | None
+    """Why it reads nothing although it could (a new partition waiting for older ones)."""
     last_error: tuple[float, str] | None
 
 
@@ -165,6 +167,9 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         group = topics.committed(self._consumer, [tp])[0]
         self._committed: int | None = group.offset if group.offset >= 0 else None
         self._fence = fencing.PartitionFence.of(settings, topic, partition, group)
+        self._new: discovery.NewPartitionHold | None = None
+        if self._committed is None:  # the hold commits nothing: a restart holds it again
+            self._new = discovery.new_partition_hold(settings, topic, partition)
         if resume_offset is not None:
             start, origin = resume_offset, "recovery snapshot"
         elif self._committed is not None:
@@ -230,7 +235,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             # broker away does not hold SIGTERM until SHUTDOWN_TIMEOUT_S.
             if verdict is fencing.Verdict.UNKNOWN and not self._finishing():
                 self._stall(True)
-                self._awake = datetime.now(UTC) + _FENCE_RETRY
+                self._awake = datetime.now(UTC) + _HELD_WAKE
                 return []
             if verdict is fencing.Verdict.TAKEN_BACK and self._pending is None:
                 self._pending = self._durable
@@ -238,8 +243,16 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             if self._finishing():
                 raise StopIteration  # commit nothing over it
             self._stall(True)
-            self._awake = datetime.now(UTC) + _FENCE_RETRY
+            self._awake = datetime.now(UTC) + _HELD_WAKE
             return []
+        if self._new is not None:  # added to its topic: flows.discovery
+            if self._new.holding(self._consumer):
+                if self._finishing():
+                    raise StopIteration  # commit nothing: the next start holds it again
+                self._stall(True)
+                self._awake = datetime.now(UTC) + _HELD_WAKE
+                return []
+            self._new = None
         held = halt.held(self._topic, self._partition)
         if held is not None:  # ERRORS_TOLERANCE=none: see flows.halt
             if self._held_snapshotted:
@@ -260,7 +273,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             return []
         if self._fence is not None and self._fence.waiting():
             self._stall(True)
-            self._awake = datetime.now(UTC) + _FENCE_RETRY
+            self._awake = datetime.now(UTC) + _HELD_WAKE
             return []
         if self._out_of_log is not None and not self._back_in_log():
             self._awake = datetime.now(UTC) + _IDLE_WAKE
@@ -311,6 +324,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._durable = offset
         if self._fence is not None:
             self._fence.mark_due()
+        if self._new is not None:
+            self._new.mark_due()
         high = self._consumer.get_watermark_offsets(
             TopicPartition(self._topic, self._partition), cached=True
         )
@@ -335,7 +350,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
 
     def _stall(self, want: bool) -> None:
         """Stop (or restart) fetching this partition while it emits nothing: paused
-        (`flows.control`), stopping, held (`flows.halt`) or waiting to own it (fencing).
+        (`flows.control`), stopping, held (`flows.halt`), waiting to own it (fencing) or
+        for the older partitions of its topic (`flows.discovery`).
         What is queued waits; the other partitions' fetching goes on."""
         if want is not self._stalled:
             self._shared.hold(self._key, want)
@@ -343,9 +359,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
 
     def view(self) -> PartitionView:
         """What the status API shows of this partition (plain reads, from another thread)."""
+        new = self._new
         return PartitionView(
             self._topic, self._partition, self._next, self._committed, self._paused,
-            self.last_error,
+            None if new is None else new.describe(), self.last_error,
         )  # fmt: skip
 
     def _skip_control_records(self) -> None:

@@ -126,3 +126,79 @@ def test_version_offset_with_ids_per_partition_restarts_for_added_partitions(mon
     ex = discovery._Execution()
     assert discovery._act(_settings(DOC_ID="coordinates"), ex, Change(partitions={"t": [1]}))
     assert ex.fatal is None and ex.restart
+
+
+# -- partitions added to a topic the group already read
+
+
+class _Broker:
+    """A consumer stand-in for `find_grown`: the group's committed offsets (with their
+    metadata) and the log ends of topic t."""
+
+    committed_at: dict[int, tuple[int, str]] = {}
+    ends: dict[int, int] = {}
+    made = 0
+
+    def __init__(self, conf: dict[str, object]) -> None:
+        type(self).made += 1
+
+    def committed(self, tps, timeout):
+        from confluent_kafka import TopicPartition
+
+        return [
+            TopicPartition(
+                tp.topic, tp.partition, *self.committed_at.get(tp.partition, (-1001, ""))
+            )
+            for tp in tps
+        ]
+
+    def offsets_for_times(self, tps, timeout):
+        from confluent_kafka import OFFSET_END, TopicPartition
+
+        assert all(tp.offset == OFFSET_END for tp in tps)
+        return [TopicPartition(tp.topic, tp.partition, self.ends[tp.partition]) for tp in tps]
+
+    def close(self) -> None:
+        pass
+
+
+def _grown(monkeypatch, committed_at, ends, partitions=None):
+    from flows import discovery
+
+    monkeypatch.setattr(_Broker, "committed_at", committed_at)
+    monkeypatch.setattr(_Broker, "ends", ends)
+    monkeypatch.setattr(_Broker, "made", 0)
+    monkeypatch.setattr(discovery, "Consumer", _Broker)
+    found = {"t": partitions if partitions is not None else sorted(ends)}
+    return discovery.find_grown(_settings(VERSION="none"), found)
+
+
+def test_a_partition_added_while_the_older_one_lags_waits_for_its_end_at_start(monkeypatch):
+    grown = _grown(monkeypatch, {0: (40, "es-sink partitions=1 owner=a gen=1")}, {0: 100, 1: 7})
+    assert grown == {("t", 1): {0: 100}}
+
+
+def test_a_partition_added_once_the_older_ones_are_read_to_their_end_reads_at_once(monkeypatch):
+    assert _grown(monkeypatch, {0: (100, "es-sink partitions=1")}, {0: 100, 1: 7}) == {}
+
+
+def test_partitions_added_at_once_wait_only_for_the_older_ones_behind(monkeypatch):
+    """4 -> 8: every new partition waits for the lagging old ones, never for another new one
+    (those would be read one after another)."""
+    old = {p: (50, "es-sink partitions=4") for p in range(4)}
+    old[2] = (100, "es-sink partitions=4")  # read to its end
+    grown = _grown(monkeypatch, old, dict.fromkeys(range(8), 100))
+    assert grown == {("t", p): {0: 100, 1: 100, 3: 100} for p in range(4, 8)}
+
+
+def test_a_partition_added_while_an_earlier_new_one_is_held_waits_for_it_too(monkeypatch):
+    """1 -> 2, and 2 -> 3 while t/1 still waits (it committed nothing): keys moved from
+    t/1 to t/2 have their older writes in t/1. The group's last commits name 2 partitions."""
+    grown = _grown(monkeypatch, {0: (40, "es-sink partitions=2")}, {0: 100, 1: 7, 2: 3})
+    assert grown == {("t", 1): {0: 100}, ("t", 2): {0: 100, 1: 7}}
+
+
+def test_nothing_is_held_for_a_new_group_nor_a_topic_of_one_partition(monkeypatch):
+    assert _grown(monkeypatch, {}, {0: 100, 1: 7}) == {}  # nothing read yet: no older writes
+    assert _grown(monkeypatch, {}, {0: 100}) == {}
+    assert _Broker.made == 0  # one partition: nothing asked

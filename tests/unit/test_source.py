@@ -344,3 +344,82 @@ def test_a_position_above_the_log_end_reads_from_its_start_or_stops_under_versio
     read(part)
     with pytest.raises(ConfigError, match="read position 3 is above the log end 2"):
         read(part)
+
+
+# ------------------------------------------- a partition added to a topic (flows.discovery)
+
+
+class GrownConsumer(FakeConsumer):
+    """Topic t got partition 1 while the group had read t/0 only to offset 40 of 100: the
+    group's committed offsets (`group`) and the log ends are the broker's, shared by every
+    consumer (the flow's and `flows.discovery`'s)."""
+
+    group: dict[int, tuple[int, str]] = {}
+    ends = {0: 100, 1: 3}
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        super().__init__({"on_commit": conf.get("on_commit")})
+        self.messages = [Message(topic="t", partition=1, offset=o, value=b"{}") for o in range(3)]
+
+    def get_watermark_offsets(self, tp: TopicPartition, **_: Any) -> tuple[int, int]:
+        return 0, self.ends[tp.partition]
+
+    def committed(self, tps: list[TopicPartition], **_: Any) -> list[TopicPartition]:
+        return [
+            TopicPartition(tp.topic, tp.partition, *self.group.get(tp.partition, (-1001, "")))
+            for tp in tps
+        ]
+
+    def offsets_for_times(self, tps: list[TopicPartition], **_: Any) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.ends[tp.partition]) for tp in tps]
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> Any:
+        tp = offsets[0]
+        self.group[tp.partition] = (tp.offset, tp.metadata or "")
+        return super().commit(offsets, asynchronous)
+
+
+@pytest.fixture
+def grown(monkeypatch: pytest.MonkeyPatch, make: Any) -> Any:
+    """t/1, built the way the flow builds it: listed (`check_start` looks at the group's
+    offsets), then built, on GrownConsumers."""
+    from flows import discovery, source
+
+    own_consumer(monkeypatch, GrownConsumer)
+    monkeypatch.setattr(discovery, "Consumer", GrownConsumer)
+    monkeypatch.setattr(source, "find_topics", lambda settings: {"t": [0, 1]})
+    monkeypatch.setattr(GrownConsumer, "group", {0: (40, "es-sink partitions=1")})
+    settings = Settings.load({**SETTINGS, "KAFKA_METADATA_REFRESH_S": "0"})
+    flow = source.KafkaSource(settings)
+    assert flow.list_parts() == ["t/0", "t/1"]
+    return flow.build_part("kafka_in", "t/1", None)
+
+
+def test_a_partition_added_while_the_older_one_lags_reads_once_it_reached_its_end(grown, caplog):
+    """Keys that moved to t/1 have older writes in t/0's backlog: t/1 reads and commits
+    nothing until the group's offset of t/0 reaches 100, t/0's end when the run started."""
+    consumer: GrownConsumer = grown._consumer
+    assert read(grown) == []
+    assert grown.view().held == "new partition: waiting for the older partitions to reach t/0@100"
+    assert grown.snapshot() == 0
+    GrownConsumer.group[0] = (99, "es-sink partitions=2")
+    assert read(grown) == []
+    assert consumer.broker_committed is None  # a restart finds it new again
+    assert grown.snapshot() == 0
+    GrownConsumer.group[0] = (100, "es-sink partitions=2")
+    assert [m.offset() for m in read(grown)] == [0, 1, 2]
+    assert consumer.broker_committed == 0
+    assert grown.view().held is None
+    said = [r.getMessage() for r in caplog.get_records("setup") + caplog.get_records("call")]
+    assert sum("source partition t/1: added to its topic while the group" in m for m in said) == 1
+    assert "source partition t/1: the older partitions of its topic reached" in caplog.text
+
+
+def test_a_stop_while_a_new_partition_waits_commits_nothing(grown):
+    """A commit would make it an older partition at the next start: the hold would end."""
+    assert read(grown) == []
+    grown.snapshot()
+    shutdown.request()
+    with pytest.raises(StopIteration):
+        grown.next_batch()
+    assert grown._consumer.broker_committed is None
