@@ -23,6 +23,10 @@ class PartitionStatus(BaseModel):
     end: int | None = Field(description="log end offset (last stable offset, read_committed)")
     lag: int | None = Field(description="end - committed (end - position before any commit)")
     paused: bool
+    held: str | None = Field(
+        description="why it reads nothing although it could (a partition added to its topic "
+        "waits for the older partitions to reach their end offsets at start); null: it reads"
+    )
     last_error: LastError | None
 
 

@@ -24,6 +24,7 @@ from prometheus_client import REGISTRY
 from flows import control, halt, shutdown
 from flows.api import api_urls, models
 from flows.config import Settings
+from flows.discovery import group_consumer
 from flows.runtime import RunArgs
 from flows.source import PartitionView, partitions
 from sinks import failing, progress
@@ -102,10 +103,8 @@ class ProcessState:
     # -- Kafka
 
     def _new_consumer(self) -> Consumer:
-        """A consumer of the flow's group that never reads, commits or joins the group: it
-        only asks (made lazily, on the API's threads)."""
-        overrides = {"group.id": self._settings.group_id, "enable.auto.commit": "false"}
-        return Consumer(self._settings.librdkafka(None, **overrides))
+        """Made lazily, on the API's threads."""
+        return group_consumer(self._settings)
 
     def offsets(self, views: list[PartitionView]) -> _Offsets:
         with self._offsets_lock:
@@ -236,6 +235,7 @@ class ProcessState:
                     end=end,
                     lag=None if end is None else max(end - base, 0),
                     paused=v.paused,
+                    held=v.held,
                     last_error=last,
                 )
             )
