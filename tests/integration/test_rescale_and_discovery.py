@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import orjson
@@ -30,6 +31,7 @@ from tests.conftest import (
     start_flow,
     wait_for,
 )
+from tests.es_proxy import EsProxy
 
 pytestmark = pytest.mark.integration
 
@@ -284,6 +286,86 @@ def test_topic_matching_the_regex_created_while_running_is_read(services, es, na
         _kill(proc)
     assert sum(committed_offsets(services.kafka, first, second).values()) == 10
     assert committed_offsets(services.kafka, first, first) == {0: 5}
+
+
+def test_keys_moved_by_added_partitions_end_at_their_newest_write(services, es, names, tmp_path):
+    """Partitions added while the flow lags move about half of the keys (murmur2, Kafka's
+    default partitioner): their older writes wait in the old partition's backlog, the newer
+    ones go to the new partition. Read side by side, the older write landed last."""
+    topic = names("movedkeys")
+    create_topic(services.kafka, topic)
+    keys = [f"k{i}" for i in range(100)]
+    old = [(k.encode(), orjson.dumps({"v": f"old-{n}"})) for n in range(8) for k in keys]
+    produce(services.kafka, topic, old)
+    env = {
+        **_live({"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": topic}),
+        "KAFKA_AUTO_OFFSET_RESET": "earliest",
+        # One sink partition, bulks of 10 records, 0.1 s each: about 70 records/s.
+        "KAFKA_CONSUME_BATCH_SIZE": "10",
+        "ES_SINK_PARTITIONS": "1",
+        "BULK_MAX_ACTIONS": "10",
+        "ES_MAX_IN_FLIGHT": "1",
+        "API_PORT": str(_free_ports(1)[0]),
+    }
+    log = tmp_path / "flow.log"
+    with EsProxy(services.es_url) as proxy:
+        proxy.rule = lambda call: call.hold(0.1)  # a slow node: the flow lags
+        # Two workers, a consumer each: the new partition is read beside the old one's backlog
+        # (one consumer would return its prefetched backlog first).
+        proc = start_flow(services, {**env, "ES_HOSTS": proxy.url}, "-w", "2", log=log)
+        try:
+            wait_for(
+                lambda: 0 < committed_offsets(services.kafka, topic, topic)[0] < len(old) / 2,
+                60,
+                "the flow to commit part of the backlog",
+            )
+            _add_partitions(services.kafka, topic, 2)
+            new = [(k.encode(), orjson.dumps({"v": "new"})) for k in keys]
+            produce(services.kafka, topic, new, config={"partitioner": "murmur2_random"})
+            assert committed_offsets(services.kafka, topic, topic)[0] < len(old)  # lagging
+            assert _ends(services.kafka, topic)[1] > 0  # keys moved to the new partition
+            held: list[bool] = []
+
+            def caught_up() -> bool:
+                held.append(_held(env["API_PORT"], topic, 1))
+                return committed_offsets(services.kafka, topic, topic) == _ends(
+                    services.kafka, topic
+                )
+
+            wait_for(caught_up, 180, "the flow to catch up")
+            assert _stop(proc) == 0, log.read_text()[-3000:]
+        finally:
+            _kill(proc)
+    stale = {k: d["v"] for k, d in search_all(es, topic).items() if d["v"] != "new"}
+    assert stale == {}, f"{len(stale)} keys end at an older write"
+    assert any(held)  # GET /status said why the new partition read nothing
+    text = log.read_text()
+    assert text.count(f"source partition {topic}/1: added to its topic while the group") == 1
+
+
+def _held(port: str, topic: str, partition: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as resp:
+            status = orjson.loads(resp.read())
+    except OSError:  # not serving yet, or restarting
+        return False
+    why = f"new partition: waiting for the older partitions to reach {topic}/0@"
+    return any(
+        p["partition"] == partition and (p.get("held") or "").startswith(why)
+        for p in status["partitions"]
+    )
+
+
+def _ends(kafka: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": topic})
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in sorted(meta.partitions)
+        }
+    finally:
+        consumer.close()
 
 
 # -- F5: VERSION=offset where Kafka shows that offsets no longer order a document's writes
