@@ -1,5 +1,6 @@
 """The metrics the status API adds, computed when Prometheus scrapes: state, readiness,
-stop in progress, buffers, bulks in flight, retries under way. Nothing per record."""
+stop in progress, buffers, bulks in flight, retries under way, committed lag. Nothing per
+record."""
 
 from __future__ import annotations
 
@@ -63,3 +64,13 @@ class ProcessCollector(Collector):
         for where, n in sorted(Counter(u.where for u in under_way()).items()):
             retries.add_metric([where], n)
         yield retries
+        # Kafka's answer, cached like /status's: records read but not yet written and
+        # committed show here, not in es_sink_consumer_lag (which counts from the position).
+        committed = GaugeMetricFamily(
+            "es_sink_committed_lag",
+            "Log end offset minus the group's committed offset (absent before the first commit)",
+            labels=["topic", "partition"],
+        )
+        for (topic, partition), lag in sorted(self._state.committed_lags().items()):
+            committed.add_metric([topic, str(partition)], lag)
+        yield committed

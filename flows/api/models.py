@@ -21,7 +21,11 @@ class PartitionStatus(BaseModel):
     position: int = Field(description="next offset this process reads")
     committed: int | None = Field(description="the group's committed offset (Kafka's answer)")
     end: int | None = Field(description="log end offset (last stable offset, read_committed)")
-    lag: int | None = Field(description="end - committed (end - position before any commit)")
+    lag: int | None = Field(description="read lag: end - position, records not read yet")
+    committed_lag: int | None = Field(
+        description="end - committed: records not yet written and committed (null before the "
+        "group's first commit)"
+    )
     paused: bool
     held: str | None = Field(
         description="why it reads nothing although it could (a partition added to its topic "

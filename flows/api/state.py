@@ -55,6 +55,11 @@ def counter_total(name: str) -> dict[tuple[str, ...], float]:
     return out
 
 
+def behind(end: int | None, offset: int | None) -> int | None:
+    """Records from `offset` to the log end (None when either is unknown)."""
+    return None if end is None or offset is None else max(end - offset, 0)
+
+
 @dataclass
 class _Offsets:
     at: float = 0.0
@@ -132,6 +137,18 @@ class ProcessState:
                 fresh.error = f"Kafka: {e}"
             self._offsets = fresh
             return fresh
+
+    def committed_lags(self) -> dict[tuple[str, int], int]:
+        """end - committed of every partition this process reads and the group committed."""
+        views = partitions()
+        offsets = self.offsets(views)
+        lags = {}
+        for v in views:
+            key = (v.topic, v.partition)
+            lag = behind(offsets.end.get(key), offsets.committed.get(key))
+            if lag is not None:
+                lags[key] = lag
+        return lags
 
     # -- readiness and liveness
 
@@ -221,7 +238,6 @@ class ProcessState:
             key = (v.topic, v.partition)
             committed = offsets.committed.get(key)
             end = offsets.end.get(key)
-            base = committed if committed is not None else v.position
             err = v.last_error
             if offsets.error and err is None:
                 err = (time.time(), offsets.error)
@@ -233,7 +249,8 @@ class ProcessState:
                     position=v.position,
                     committed=committed,
                     end=end,
-                    lag=None if end is None else max(end - base, 0),
+                    lag=behind(end, v.position),
+                    committed_lag=behind(end, committed),
                     paused=v.paused,
                     held=v.held,
                     last_error=last,

@@ -251,7 +251,7 @@ class PartitionOffsets:
     metadata: str = ""
 
     @property
-    def lag(self) -> int | None:
+    def committed_lag(self) -> int | None:
         """Records past the committed offset (None without a commit)."""
         return None if self.committed is None else max(self.end - self.committed, 0)
 
@@ -261,7 +261,7 @@ class PartitionOffsets:
             "low": self.low,
             "end": self.end,
             "committed": self.committed,
-            "lag": self.lag,
+            "committed_lag": self.committed_lag,
         }
 
 

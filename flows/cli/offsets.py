@@ -49,10 +49,10 @@ def show(
                 }
             )
             return
-        table = Table("topic", "partition", "low", "end", "committed", "lag",
+        table = Table("topic", "partition", "low", "end", "committed", "committed lag",
                       title=f"group {settings.group_id}", title_justify="left")  # fmt: skip
         for p in parts:
-            row = (p.topic, p.partition, p.low, p.end, _dash(p.committed), _dash(p.lag))
+            row = (p.topic, p.partition, p.low, p.end, _dash(p.committed), _dash(p.committed_lag))
             table.add_row(*map(common.cell, row))
         common.out.print(table)
 

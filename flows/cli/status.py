@@ -1,7 +1,9 @@
 """`es-sink status [--watch]`: what Kafka, Elasticsearch and the flow processes say now.
 
 Per partition of the flow's topics (the flow's own look-up): log start, end offset, the
-group's committed offset and the lag (end - committed); the group's state; the documents
+group's committed offset, the committed lag (end - committed: not yet written and
+committed) and, where a process reports its position, the read lag (end - position); the
+group's state; the documents
 in the indices the flow writes (ES_INDEX / ES_INDEX_MAP, a dated one as its wildcard); the
 dead-letter topic's size and its newest dead letter; and, where processes serve the
 status API (`--api`, or API_PORT), their state, rates and last errors.
@@ -49,7 +51,7 @@ def kafka_part(settings: Settings, topics: dict[str, list[int]]) -> dict[str, An
                 "partitions": [p.as_json() for p in mine],
                 "end": sum(p.end for p in mine),
                 "committed": sum(p.committed or 0 for p in mine),
-                "lag": sum(p.lag or 0 for p in mine),
+                "committed_lag": sum(p.committed_lag or 0 for p in mine),
             }
         )
     return {
@@ -58,7 +60,7 @@ def kafka_part(settings: Settings, topics: dict[str, list[int]]) -> dict[str, An
         "totals": {
             "partitions": len(parts),
             "end": sum(p.end for p in parts),
-            "lag": sum(p.lag or 0 for p in parts),
+            "committed_lag": sum(p.committed_lag or 0 for p in parts),
             "uncommitted_partitions": sum(p.committed is None for p in parts),
         },
     }
@@ -135,7 +137,24 @@ def collect(settings: Settings, api: list[str] | None = None) -> dict[str, Any]:
     out["indices"] = es_part(settings, list(topics))
     out["dead_letters"] = dead_letter_part(settings, metadata)
     out["processes"] = [a.as_json() for a in control.statuses(settings, api)]
+    add_read_lag(out)
     return out
+
+
+def add_read_lag(found: dict[str, Any]) -> None:
+    """Each partition's read lag (end - position) as the process reading it reports it
+    (None when none does), and the topic and overall sums of those known."""
+    reported: dict[tuple[str, int], int | None] = {}
+    for answer in found["processes"]:
+        for p in (answer.get("status") or {}).get("partitions", []):
+            reported[(p["topic"], p["partition"])] = p.get("lag")
+    known = 0
+    for t in found["topics"]:
+        for p in t["partitions"]:
+            p["lag"] = reported.get((t["topic"], p["partition"]))
+        t["lag"] = sum(p["lag"] or 0 for p in t["partitions"])
+        known += t["lag"]
+    found["totals"]["lag"] = known
 
 
 def render(found: dict[str, Any]) -> RenderableType:
@@ -146,17 +165,19 @@ def render(found: dict[str, Any]) -> RenderableType:
         "partition",
         "end",
         "committed",
-        "lag",
+        "committed lag",
+        "read lag",
         title=f"group {group['id']} ({group.get('state')})",
         title_justify="left",
     )
     for t in found["topics"]:
         for p in t["partitions"]:
-            parts.add_row(*map(common.cell, (t["topic"], p["partition"], p["end"])),
-                          *map(common.cell, ("-" if p["committed"] is None else p["committed"],
-                                             "-" if p["lag"] is None else p["lag"])))  # fmt: skip
+            row = (t["topic"], p["partition"], p["end"], p["committed"], p["committed_lag"],
+                   p.get("lag"))  # fmt: skip
+            parts.add_row(*(common.cell("-" if v is None else v) for v in row))
     totals = found["totals"]
-    parts.add_row("total", "", common.cell(totals["end"]), "", common.cell(totals["lag"]))
+    row = ("total", "", totals["end"], "", totals["committed_lag"], totals.get("lag", ""))
+    parts.add_row(*map(common.cell, row))
     indices = Table("index", "topics", "documents", title="Elasticsearch", title_justify="left")
     for i in found["indices"]:
         docs = i["docs"] if i["error"] is None else i["error"]

@@ -263,6 +263,41 @@ def test_ready_follows_elasticsearch(services: Services, api_flow: Callable[...,
         proxy.close()
 
 
+def test_committed_lag_counts_what_was_read_but_not_written(
+    services: Services, api_flow: Callable[..., ApiFlow]
+) -> None:
+    proxy = Proxy(services.es_url)  # Elasticsearch as the flow sees it: down, up, down
+    try:
+        proxy.cut("refuse")
+        flow = api_flow({"ES_HOSTS": proxy.url}, partitions=1)
+        produce(services.kafka, flow.topic, numbered(0, 50))
+
+        def part() -> dict[str, Any]:
+            parts = flow.status()["partitions"]
+            return parts[0] if parts else {}
+
+        def read(n: int) -> dict[str, Any]:
+            wait_for(lambda: (part().get("position"), part().get("end")) == (n, n), 60, f"{n}")
+            return part()
+
+        p = read(50)  # everything read, nothing written: no commit yet
+        assert (p["committed"], p["lag"], p["committed_lag"]) == (None, 0, None)
+        proxy.restore()
+        wait_for(lambda: part()["committed"] == 50, 90, "a commit")
+        assert part()["committed_lag"] == 0
+        proxy.cut("refuse")
+        produce(services.kafka, flow.topic, numbered(50, 30))
+        p = read(80)
+        assert (p["committed"], p["lag"], p["committed_lag"]) == (50, 0, 30)
+        _, text = call("GET", f"{flow.url}/metrics")
+        assert f'es_sink_committed_lag{{partition="0",topic="{flow.topic}"}} 30.0' in text
+        assert f'es_sink_consumer_lag{{partition="0",topic="{flow.topic}"}} 0.0' in text
+        proxy.restore()
+        wait_for(lambda: part()["committed_lag"] == 0, 90, "caught up")
+    finally:
+        proxy.close()
+
+
 def test_halted_shows_the_record_the_flow_stops_on(
     services: Services, api_flow: Callable[..., ApiFlow]
 ) -> None:

@@ -69,7 +69,7 @@ def test_reset_to_a_time_sets_the_first_offset_at_or_after_it(services, names) -
     assert [m.split(" owner=")[0] for m in kept] == ["es-sink partitions=2"] * 2
     assert all(m.endswith(" released") for m in kept), kept
     shown = run_cli(services, env, "offsets", "show", "--json").json()
-    assert [(p["partition"], p["committed"], p["lag"]) for p in shown["partitions"]] == [
+    assert [(p["partition"], p["committed"], p["committed_lag"]) for p in shown["partitions"]] == [
         (0, 10, 0), (1, 5, 0)
     ]  # fmt: skip
     assert run_cli(services, env, "offsets", "reset", "--to", "soon").exit_code == 2

@@ -134,3 +134,45 @@ def test_a_retry_loop_is_listed_while_it_retries() -> None:
     assert [(u.reason, u.attempts) for u in mine] == [("HTTP 503", 2)]
     del retries
     assert [u for u in under_way() if u.where == "test-loop"] == []
+
+
+def kafka_says(
+    monkeypatch: pytest.MonkeyPatch, committed: int | None, end: int, position: int
+) -> ProcessState:
+    """A process reading t/0 at `position`, and Kafka answering `committed` and `end`."""
+    from flows.api import state as state_module
+    from flows.source import PartitionView
+
+    view = PartitionView("t", 0, position, committed, False, None)
+    monkeypatch.setattr(state_module, "partitions", lambda: [view])
+    offsets = state_module._Offsets(committed={("t", 0): committed}, end={("t", 0): end})
+    st = state()
+    monkeypatch.setattr(st, "offsets", lambda views: offsets)
+    return st
+
+
+def test_records_read_but_never_committed_are_committed_lag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    st = kafka_says(monkeypatch, committed=None, end=50, position=50)
+    (p,) = st.status().partitions
+    assert (p.lag, p.committed_lag) == (0, None)  # all read; nothing written yet
+    st = kafka_says(monkeypatch, committed=20, end=50, position=45)
+    (p,) = st.status().partitions
+    assert (p.lag, p.committed_lag) == (5, 30)
+
+
+def test_committed_lag_is_a_gauge_once_the_group_committed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from flows.api.metrics import ProcessCollector
+
+    registry = CollectorRegistry()
+    registry.register(ProcessCollector(kafka_says(monkeypatch, None, end=50, position=50)))
+    assert b"es_sink_committed_lag{" not in generate_latest(registry)
+    registry = CollectorRegistry()
+    registry.register(ProcessCollector(kafka_says(monkeypatch, 20, end=50, position=45)))
+    text = generate_latest(registry).decode()
+    assert 'es_sink_committed_lag{partition="0",topic="t"} 30.0' in text

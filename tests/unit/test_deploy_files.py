@@ -59,6 +59,7 @@ def test_grafana_variables_are_substituted() -> None:
 REQUIRED_PANELS = {
     "Throughput in and out": {"es_sink_records_in_total", "es_sink_docs_indexed_total"},
     "Consumer lag per partition": {"es_sink_consumer_lag"},
+    "Committed lag per partition": {"es_sink_committed_lag"},
     "Dead letters by stage": {"es_sink_dead_letters_total"},
     "Retries by reason": {"es_sink_retries_in_progress", "es_sink_bulk_retries_total"},
     "Bulk latency percentiles": {"es_sink_bulk_seconds_bucket"},
@@ -129,6 +130,7 @@ REQUIRED_ALERTS = {
     "EsSinkHaltedOrFailed",
     "EsSinkNotReady",
     "EsSinkConsumerLagGrowing",
+    "EsSinkNotCommitting",
     "EsSinkDeadLetterRate",
     "EsSinkRetriesNotStopping",
 }
