@@ -243,6 +243,10 @@ def status(
             while True:
                 common.emit_json(collect(settings, api))
                 time.sleep(interval)
+        if not common.out.is_terminal:  # a pipe or a file: a report per interval, as it comes
+            while True:
+                common.out.print(render(collect(settings, api)))
+                time.sleep(interval)
         with Live(render(collect(settings, api)), console=common.out, auto_refresh=False) as live:
             while True:
                 time.sleep(interval)

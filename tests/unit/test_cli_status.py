@@ -1,8 +1,10 @@
-"""`es-sink status` without servers: the partition table."""
+"""`es-sink status` without servers: the partition table and `--watch` into a pipe."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import pytest
 
 from flows.cli import common, status
 
@@ -43,3 +45,21 @@ def test_read_lag_comes_from_the_process_and_committed_lag_from_kafka() -> None:
     nobody = found(position=None)
     status.add_read_lag(nobody)
     assert nobody["topics"][0]["partitions"][0]["lag"] is None
+
+
+def test_watch_into_a_pipe_prints_every_report(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KAFKA_TOPICS", "t")
+    monkeypatch.setattr(status, "collect", lambda settings, api: found(position=None))
+    naps: list[float] = []
+
+    def sleep(s: float) -> None:
+        naps.append(s)
+        if len(naps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(status.time, "sleep", sleep)
+    with pytest.raises(KeyboardInterrupt):
+        status.status(json_out=False, watch=True, interval=1.0, api=None)
+    assert capsys.readouterr().out.count("group g (empty)") == 2
