@@ -13,6 +13,7 @@ from flows import (
     collector,
     config_failure,
     discovery,
+    lifecycle,
     recovery_failure,
     shutdown,
     sink_config,
@@ -58,6 +59,7 @@ try:
     check_credentials(sink_config.connection(_settings))  # the sink's client, shared
 except ConfigError as _e:
     sys.exit(config_failure.line(_e))
+lifecycle.install(_settings)  # the stop's last line; a halt's reason after the traceback
 
 collector.collect_on_a_clock(_settings.gc_interval_s, _settings.gc_interval_max_s)
 watchdog.watch(_settings, run_args())

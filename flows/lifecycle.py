@@ -1,0 +1,114 @@
+"""The last lines of a flow process: what it wrote and committed, and its exit status.
+
+A stop ends with one INFO line (`stopped …: indexed …, committed …; exit status 0`), so an
+operator reading the log knows the stop finished and what it left committed. Under a halt
+(ERRORS_TOLERANCE=none), Bytewax's Rust panic and Python traceback follow the halt's own
+line: the reason is said once more, as the very last line, where an operator looks first.
+
+Both run at interpreter exit (`atexit`), after the traceback; they do not run when the
+process ends through `os._exit` (a second signal, SHUTDOWN_TIMEOUT_S), whose own lines say so.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import sys
+from types import TracebackType
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from prometheus_client import Counter
+
+from flows import halt, shutdown
+from flows.config import Settings
+from sinks.metrics import DEAD_LETTERS, DOCS_INDEXED
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["committed_offsets", "install", "stop_line"]
+
+COMMITTED_TIMEOUT_S = 5.0
+SHOWN_PARTITIONS = 8
+
+_error: list[BaseException] = []  # the error that ends the process, if one does
+
+
+def committed_offsets(
+    settings: Settings, keys: list[tuple[str, int]]
+) -> dict[tuple[str, int], int | None] | str:
+    """The group's committed offset of each partition (None: none), or why Kafka did not say."""
+    if not keys:
+        return {}
+    conf = settings.librdkafka(None, **{"group.id": settings.group_id, "log_level": 3})
+    consumer = Consumer({**conf, "enable.auto.commit": "false"})
+    try:
+        tps = [TopicPartition(t, p) for t, p in keys]
+        answer = consumer.committed(tps, timeout=COMMITTED_TIMEOUT_S)
+        return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else None for tp in answer}
+    except (KafkaException, RuntimeError) as e:
+        return f"unknown ({e})"
+    finally:
+        consumer.close()
+
+
+def stop_line(
+    why: str,
+    indexed: int,
+    dead_letters: int,
+    committed: dict[tuple[str, int], int | None] | str,
+    status: int,
+) -> str:
+    """The line a stop ends with."""
+    if isinstance(committed, str):
+        offsets = committed
+    else:
+        shown = [f"{t}/{p}@{'-' if o is None else o}" for (t, p), o in sorted(committed.items())]
+        more = len(shown) - SHOWN_PARTITIONS
+        offsets = " ".join(shown[:SHOWN_PARTITIONS]) + (f" and {more} more" if more > 0 else "")
+        offsets = offsets or "no partition"
+    return (
+        f"stopped{why}: indexed {indexed} documents, dead-lettered {dead_letters} records; "
+        f"committed {offsets}; exit status {status}"
+    )
+
+
+def _why(settings: Settings) -> str:
+    if halt.HELD:
+        return " (halted)"
+    if _error:
+        return " (failed)"
+    if shutdown.signalled():
+        return " (signal)"
+    if shutdown.requested():
+        return " (requested)"
+    return " (end of the topics, KAFKA_STOP_AT_END)" if settings.stop_at_end else ""
+
+
+def _total(counter: Counter) -> int:
+    """A counter's count over all its labels."""
+    return int(
+        sum(s.value for m in counter.collect() for s in m.samples if s.name.endswith("_total"))
+    )
+
+
+def _at_exit(settings: Settings) -> None:
+    status = 1 if _error else 0
+    committed = committed_offsets(settings, sorted(halt.EXAMINED))
+    line = stop_line(_why(settings), _total(DOCS_INDEXED), _total(DEAD_LETTERS), committed, status)
+    logger.info("%s", line)
+    held = sorted(halt.HELD.items())
+    if held:
+        logger.error("halted: %s", held[0][1][1])
+    shutdown.flush_logs()
+
+
+def install(settings: Settings) -> None:
+    """Remember the error that ends the process, and say the last lines at exit."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], error: BaseException, tb: TracebackType | None) -> None:
+        _error.append(error)
+        previous(kind, error, tb)
+
+    sys.excepthook = hook
+    atexit.register(_at_exit, settings)
