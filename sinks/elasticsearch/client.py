@@ -11,6 +11,7 @@ from elastic_transport import NodeConfig, Urllib3HttpNode
 from elasticsearch import ApiError, Elasticsearch
 from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 
+from sinks.elasticsearch import node_log
 from sinks.elasticsearch.config import EsConnection
 from sinks.elasticsearch.server import Server, ServerTransport
 from sinks.errors import ConfigError
@@ -72,6 +73,7 @@ class _Node(Urllib3HttpNode):
 def make_client(connection: EsConnection) -> Elasticsearch:
     """A client with orjson, our own retry policy (transport retries off), the auth set, and
     the transport that speaks the server's major (`server.ServerTransport`)."""
+    node_log.install()
     c = connection
     kwargs: dict[str, Any] = {
         "transport_class": ServerTransport,
@@ -108,6 +110,7 @@ def make_client(connection: EsConnection) -> Elasticsearch:
 
 def connect(hosts: str | list[str], **kwargs: Any) -> Elasticsearch:
     """A plain client (tests, tools) that speaks the server's major like the sink's does."""
+    node_log.install()
     return Elasticsearch(hosts, transport_class=ServerTransport, **kwargs)
 
 
