@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
 
 from flows.config import Settings
 from flows.transforms import build_transforms
@@ -19,3 +23,14 @@ def test_example_yaml_loads_and_its_built_in_transforms_compile():
     # The last entry imports the user's own module, which does not exist here.
     assert settings.transforms[-1] == {"python": "mycompany.transforms:enrich"}
     assert len(build_transforms(settings.transforms[:-1])) == len(settings.transforms) - 1
+
+
+def test_example_kafka_config_suits_every_client(caplog: pytest.LogCaptureFixture) -> None:
+    """The same settings go to the consumers and the producers (an admin client is one):
+    a property of one kind only makes librdkafka warn at every start."""
+    settings = Settings.load({"ES_SINK_CONFIG": str(EXAMPLE)})
+    logger = logging.getLogger("librdkafka-example")
+    conf = {**settings.librdkafka(), "bootstrap.servers": "127.0.0.1:1", "logger": logger}
+    with caplog.at_level(logging.DEBUG, logger=logger.name):
+        Producer(conf).poll(0.2)
+    assert not [r.getMessage() for r in caplog.records if "CONFWARN" in r.getMessage()]
