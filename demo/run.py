@@ -1,6 +1,7 @@
 """The README's demo: fresh topic, a few thousand events, the flow to the end, a report.
 
 python -m demo.run [--count 5000]   (scripts/demo sets up the venv and services first)
+Kafka and Elasticsearch: KAFKA_BOOTSTRAP_SERVERS and ES_HOSTS, else the stack's ports.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 
 import orjson
 from confluent_kafka.admin import AdminClient
@@ -37,13 +39,23 @@ def reset_topic(bootstrap: str, topic: str, partitions: int) -> None:
     ensure_topic(bootstrap, topic, partitions)
 
 
+def addresses(env: Mapping[str, str]) -> tuple[str, str]:
+    """Kafka's bootstrap servers and Elasticsearch's URL: KAFKA_BOOTSTRAP_SERVERS and
+    ES_HOSTS when set, else the ones `scripts/stack` serves on (STACK_HOST, KAFKA_PORT,
+    ES_PORT), so that the demo resets its topic and index on the stack it started."""
+    host = env.get("STACK_HOST", "127.0.0.1")
+    bootstrap = env.get("KAFKA_BOOTSTRAP_SERVERS") or f"{host}:{env.get('KAFKA_PORT', '9092')}"
+    es_hosts = env.get("ES_HOSTS") or f"http://{host}:{env.get('ES_PORT', '9200')}"
+    return bootstrap, es_hosts.split(",")[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="run the es_sink demo end to end")
     parser.add_argument("--count", type=int, default=5000)
     parser.add_argument("--topic", default="demo-events")
     args = parser.parse_args(argv)
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
-    es_url = os.environ.get("ES_HOSTS", "http://127.0.0.1:9200").split(",")[0]
+    bootstrap, es_url = addresses(os.environ)
+    print(f"demo: Kafka at {bootstrap}, Elasticsearch at {es_url}", flush=True)
     es = Elasticsearch(es_url)
     es.options(ignore_status=404).indices.delete(index=args.topic)
     reset_topic(bootstrap, args.topic, 3)

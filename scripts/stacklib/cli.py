@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 from pathlib import Path
 from typing import Protocol
 
 from . import es, kafka
-from .config import SECURE_DIR, SECURE_ENV, STACK_DIR, StackError, log
+from .config import KAFKA_PORT, SECURE_DIR, SECURE_ENV, STACK_DIR, STACK_HOST, StackError, log
 from .procs import tail
 from .secure import secure
 
@@ -24,6 +25,8 @@ class Server(Protocol):
     def down(self) -> None: ...
     def status(self, is_secure: bool) -> bool: ...
 
+
+KAFKA_ADDRESS = f"{STACK_HOST}:{KAFKA_PORT}"
 
 # In start order; `down` stops them in reverse.
 SERVERS: dict[str, Server] = {"kafka": kafka, "es": es}
@@ -73,9 +76,34 @@ def logs(which: str) -> None:
         print(f"==> {server.LOG_FILE} <==\n{tail(server.LOG_FILE, 60)}")
 
 
+def topic(argv: list[str]) -> None:
+    """`topic create NAME [--partitions N]`: a topic on the local broker (an existing one
+    is left as it is)."""
+    parser = argparse.ArgumentParser(prog="stack topic")
+    sub = parser.add_subparsers(dest="action", required=True)
+    create = sub.add_parser("create", help="create a topic (nothing if it exists)")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.partitions < 1:
+        parser.error("--partitions: at least 1")
+    if kafka.create_topic(args.name, args.partitions):
+        log(f"created topic {args.name} with {args.partitions} partition(s) on {KAFKA_ADDRESS}")
+    else:
+        log(f"topic {args.name} exists already on {KAFKA_ADDRESS}; left as it is")
+
+
 def main(argv: list[str], usage: str) -> int:
-    """`stack [up|down|status|logs|clean|download] [all|kafka|es]`; `usage` on a bad one."""
+    """`stack [up|down|status|logs|clean|download] [all|kafka|es]`, or `stack topic create
+    NAME [--partitions N]`; prints `usage` on a bad command."""
     cmd = argv[1] if len(argv) > 1 else "status"
+    if cmd == "topic":
+        try:
+            topic(argv[2:])
+        except StackError as e:
+            print(f"stack: error: {e}", file=sys.stderr)
+            return 1
+        return 0
     which = argv[2] if len(argv) > 2 else "all"
     if which != "all" and which not in SERVERS:
         print(usage, file=sys.stderr)

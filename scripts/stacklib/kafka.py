@@ -86,6 +86,39 @@ def answers(port: int = KAFKA_PORT, tls: ssl.SSLContext | None = None) -> bool:
         return False
 
 
+CREATE_TOPICS_TIMEOUT_MS = 30_000
+TOPIC_ALREADY_EXISTS = 36
+
+
+def create_topic(name: str, partitions: int, port: int = KAFKA_PORT) -> bool:
+    """Create topic `name` with a CreateTopics v4 request (the broker's default replication
+    factor and settings); False when it exists already. The admin protocol, not the
+    broker's `kafka-topics` tool: Maven's Kafka jars do not include the tools."""
+    client, topic = b"stack", name.encode()
+    request = (
+        struct.pack(">hhih", 19, 4, 1, len(client)) + client
+        + struct.pack(">ih", 1, len(topic)) + topic
+        # the broker's replication factor; no assignments, no configs
+        + struct.pack(">ihii", partitions, -1, 0, 0)
+        + struct.pack(">ib", CREATE_TOPICS_TIMEOUT_MS, 0)  # not validate-only
+    )  # fmt: skip
+    try:
+        with socket.create_connection((STACK_HOST, port), timeout=35) as s:
+            s.sendall(struct.pack(">i", len(request)) + request)
+            resp = recv_exact(s, struct.unpack(">i", recv_exact(s, 4))[0])
+        # correlation id, throttle time, one topic: its name, error code, error message
+        (n,) = struct.unpack_from(">h", resp, 12)
+        code, size = struct.unpack_from(">hh", resp, 14 + n)
+        message = resp[18 + n : 18 + n + size].decode() if size > 0 else ""
+    except (OSError, struct.error) as e:
+        raise StackError(f"Kafka at {STACK_HOST}:{port} did not answer: {e}") from e
+    if code == TOPIC_ALREADY_EXISTS:
+        return False
+    if code:
+        raise StackError(f"Kafka refused topic {name}: error {code} {message}".rstrip())
+    return True
+
+
 def recv_exact(s: socket.socket, n: int) -> bytes:
     buf = b""
     while len(buf) < n:

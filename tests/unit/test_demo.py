@@ -1,0 +1,28 @@
+"""The demo talks to the stack `scripts/stack` runs, on its ports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from demo.run import addresses
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_demo_follows_the_stack_ports() -> None:
+    assert addresses({}) == ("127.0.0.1:9092", "http://127.0.0.1:9200")
+    assert addresses({"KAFKA_PORT": "29092", "ES_PORT": "29200"}) == (
+        "127.0.0.1:29092",
+        "http://127.0.0.1:29200",
+    )
+    named = {"KAFKA_BOOTSTRAP_SERVERS": "k:1", "ES_HOSTS": "http://e:2,http://f:3", "ES_PORT": "9"}
+    assert addresses(named) == ("k:1", "http://e:2")
+
+
+def test_scripts_demo_resets_only_the_stack_it_started() -> None:
+    script = (ROOT / "scripts" / "demo").read_text()
+    assert (
+        script.index("scripts/stack up")
+        < script.index("unset KAFKA_BOOTSTRAP_SERVERS ES_HOSTS")
+        < script.index("-m demo.run")
+    )
