@@ -55,12 +55,16 @@ _INTERPOLATION = re.compile(
 )
 
 
-def _interpolate(value: Any) -> str:
-    """Resolve compose interpolation as `docker compose` would with no variables set."""
+def _interpolate(value: Any, variables: dict[str, str] | None = None) -> str:
+    """Resolve compose interpolation as `docker compose` would with `variables` set (none by
+    default)."""
 
     def sub(m: re.Match[str]) -> str:
         if m.group("escaped"):
             return "$"
+        name = m.group("braced") or m.group("plain")
+        if variables and name in variables:
+            return variables[name]
         if m.group("plain"):
             return ""
         op, arg = m.group("op"), m.group("arg") or ""
@@ -226,6 +230,23 @@ def test_expected_ports_are_published(
 ) -> None:
     published = {(p, t) for _, p, t in _ports(services[service])}
     assert (port, port) in published, f"{service} does not publish 127.0.0.1:{port}"
+
+
+def test_every_host_port_can_be_moved(services: dict[str, dict[str, Any]]) -> None:
+    """Each published port comes from a `*_HOST_PORT` variable, so the stack can run beside
+    another Kafka or Elasticsearch; Kafka advertises the port it is published on."""
+    moved: dict[str, str] = {}
+    for name, service in services.items():
+        for entry in service.get("ports") or []:
+            found = re.fullmatch(r"127\.0\.0\.1:\$\{(\w+_HOST_PORT):-(\d+)\}:(\d+)", entry)
+            assert found, f"{name}: {entry} has a fixed host port"
+            variable, default, target = found.groups()
+            assert default == target and variable not in moved, entry
+            moved[variable] = str(20000 + int(target))
+    kafka = services["kafka"]
+    env = {k: _interpolate(v, moved) for k, v in (kafka.get("environment") or {}).items()}
+    published = _interpolate(kafka["ports"][0], moved).split(":")[1]
+    assert f"HOST://127.0.0.1:{published}" in env["KAFKA_ADVERTISED_LISTENERS"].split(",")
 
 
 def test_kafka_and_elasticsearch_have_healthchecks(
