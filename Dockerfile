@@ -3,7 +3,7 @@
 #   docker build -t es-sink .
 #   docker run --rm -e KAFKA_TOPICS=events -e KAFKA_BOOTSTRAP_SERVERS=... -e ES_HOSTS=... es-sink
 #
-# Settings come from the environment (see flows/config.py); bytewax.run reads the BYTEWAX_*
+# Settings come from the environment (see flows/config/); bytewax.run reads the BYTEWAX_*
 # variables. deploy/entrypoint.sh initialises BYTEWAX_RECOVERY_DIRECTORY on first start.
 FROM python:3.11-slim
 

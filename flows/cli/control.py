@@ -1,4 +1,4 @@
-"""The client side of the flow's status API (docs: /work/notes/api-contract.md, served by
+"""The client side of the flow's status API (its shapes: docs/openapi.json, served by
 flows/api), and `es-sink pause` / `es-sink resume` for every process of a cluster at once.
 
 Each process serves on API_HOST, port API_PORT + its process id. Given no `--api` URL, the
