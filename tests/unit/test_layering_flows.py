@@ -31,7 +31,7 @@ RANKS = {
     **dict.fromkeys(("decode", "transforms"), 2),
     "config": 3,
     "sink_config": 3.5,  # settings mapped for the sinks: fencing reads the connection
-    **dict.fromkeys(("topics", "consumers", "fencing"), 4),
+    **dict.fromkeys(("topics", "consumers", "fencing", "lifecycle"), 4),
     "discovery": 5,
     **dict.fromkeys(("source", "process"), 6),
     "pipeline": 7,

@@ -20,6 +20,7 @@ Exit = tuple[Callable[..., Any], tuple[Any, ...]]
 def exiting(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Exit]]:
     """`lifecycle.install` without a real exit: the atexit callbacks it registers are kept."""
     registered: list[Exit] = []
+    halt.clear()  # the partitions other tests' flows read
     monkeypatch.setattr(lifecycle.atexit, "register", lambda f, *a: registered.append((f, a)))
     monkeypatch.setattr(sys, "excepthook", lambda *a: None)
     monkeypatch.setattr(lifecycle, "_error", [])
