@@ -1,12 +1,14 @@
 """The last lines of a flow process: what it wrote and committed, and its exit status.
 
 A stop ends with one INFO line (`stopped …: indexed …, committed …; exit status 0`), so an
-operator reading the log knows the stop finished and what it left committed. Under a halt
-(ERRORS_TOLERANCE=none), Bytewax's Rust panic and Python traceback follow the halt's own
-line: the reason is said once more, as the very last line, where an operator looks first.
+operator reading the log knows the stop finished and what it left committed. An error that
+ends the process gets the line before its traceback, so that the error's own one line
+(`flows.config_failure`, `flows.recovery_failure`) stays the last. A halt
+(ERRORS_TOLERANCE=none) has its line before Bytewax's Rust panic and traceback: its reason
+is said once more at interpreter exit, as the very last line, where an operator looks first.
 
-Both run at interpreter exit (`atexit`), after the traceback; they do not run when the
-process ends through `os._exit` (a second signal, SHUTDOWN_TIMEOUT_S), whose own lines say so.
+None of this runs when the process ends through `os._exit` (a second signal,
+SHUTDOWN_TIMEOUT_S), whose own lines say so.
 """
 
 from __future__ import annotations
@@ -91,23 +93,31 @@ def _total(counter: Counter) -> int:
     )
 
 
-def _at_exit(settings: Settings) -> None:
+def _log_stop(settings: Settings) -> None:
     status = 1 if _error else 0
     committed = committed_offsets(settings, sorted(halt.EXAMINED))
     line = stop_line(_why(settings), _total(DOCS_INDEXED), _total(DEAD_LETTERS), committed, status)
     logger.info("%s", line)
-    held = sorted(halt.HELD.items())
-    if held:
-        logger.error("halted: %s", held[0][1][1])
     shutdown.flush_logs()
 
 
+def _at_exit(settings: Settings) -> None:
+    if not _error:
+        _log_stop(settings)
+    held = sorted(halt.HELD.items())
+    if held:
+        logger.error("halted: %s", held[0][1][1])
+        shutdown.flush_logs()
+
+
 def install(settings: Settings) -> None:
-    """Remember the error that ends the process, and say the last lines at exit."""
+    """Say the stop line before the traceback of an error that ends the process, or at
+    exit; and a halt's reason last."""
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], error: BaseException, tb: TracebackType | None) -> None:
         _error.append(error)
+        _log_stop(settings)
         previous(kind, error, tb)
 
     sys.excepthook = hook

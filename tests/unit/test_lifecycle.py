@@ -55,14 +55,15 @@ def test_a_halt_says_its_reason_after_the_stop_line(
     halt.start("t", 0, 0)
     error = RecordFailedError("t/0@5", "deserialize", "invalid JSON")
     halt.hold("t", 0, 5, error)
-    try:
-        raise RuntimeError("error calling `StatefulSourcePartition.next_batch`") from error
-    except RuntimeError as e:
-        sys.excepthook(type(e), e, e.__traceback__)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="flows.lifecycle"):
+        try:
+            raise RuntimeError("error calling `StatefulSourcePartition.next_batch`") from error
+        except RuntimeError as e:
+            sys.excepthook(type(e), e, e.__traceback__)  # the traceback comes after its line
         run_exit(exiting)
     lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
     assert lines[0].startswith("stopped (halted): indexed ")
     assert lines[0].endswith("; committed t/0@7; exit status 1")
     assert lines[-1] == f"halted: {error}"
