@@ -294,6 +294,10 @@ def test_committed_lag_counts_what_was_read_but_not_written(
         assert f'es_sink_consumer_lag{{partition="0",topic="{flow.topic}"}} 0.0' in text
         proxy.restore()
         wait_for(lambda: part()["committed_lag"] == 0, 90, "caught up")
+        # Two outages: a node-pool line for each (a minute apart at most), and one when
+        # the node answers again; the sink's own lines say what it retries.
+        pool = [ln for ln in flow.output().splitlines() if "elastic_transport.node_pool" in ln]
+        assert len(pool) <= 4, "\n".join(pool)
     finally:
         proxy.close()
 

@@ -64,7 +64,11 @@ def test_a_signalled_stop_ends_with_its_summary(
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, log.read_text()[-3000:]
-    line = last_line(log.read_text())
+    output = log.read_text()
+    # The node answers GET / (server detection) with 405 when it is the integ-test-zip:
+    # an answer, not a failure worth a line.
+    assert "node_pool" not in output, output
+    line = last_line(output)
     assert line.endswith(
         f"INFO flows.lifecycle: stopped (signal): indexed 20 documents, dead-lettered 0 "
         f"records; committed {topic}/0@20; exit status 0"
