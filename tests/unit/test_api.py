@@ -143,7 +143,7 @@ def kafka_says(
     from flows.api import state as state_module
     from flows.source import PartitionView
 
-    view = PartitionView("t", 0, position, committed, False, None)
+    view = PartitionView("t", 0, position, committed, False, None, None)
     monkeypatch.setattr(state_module, "partitions", lambda: [view])
     offsets = state_module._Offsets(committed={("t", 0): committed}, end={("t", 0): end})
     st = state()

@@ -41,13 +41,20 @@ def _pod_spec() -> dict[str, Any]:
     return spec
 
 
+def _built_in() -> list[tuple[str, dict[str, Any]]]:
+    """The objects of Kubernetes' own API; a custom resource is checked further below."""
+    return [
+        (w, doc)
+        for w, doc in _objects()
+        if doc["kind"] not in CUSTOM_RESOURCES.get(doc["apiVersion"], ())
+    ]
+
+
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize(("where", "doc"), _objects(), ids=[w for w, _ in _objects()])
+@pytest.mark.parametrize(("where", "doc"), _built_in(), ids=[w for w, _ in _built_in()])
 def test_every_object_is_valid_for_the_kubernetes_api(
     where: str, doc: dict[str, Any], version: str
 ) -> None:
-    if doc["kind"] in CUSTOM_RESOURCES.get(doc["apiVersion"], ()):
-        pytest.skip("a custom resource: checked against what it must match below")
     kubernetes_validate.validate(doc, version, strict=True)
 
 
