@@ -14,9 +14,11 @@ breaking, unavailable shards). A configuration error: 401/403 `security_exceptio
 `index_not_found_exception`. Rejected for good: a 403 block, other 4xx. A 413 (or a 429
 whose operation alone exceeds the node's indexing-pressure limit) splits the request.
 
-Writes to one document keep their order across retries. A failed item whose document a
-later `index` or `delete` of the same request wrote is moot: done, neither retried nor
-dead-lettered (the later write decides what the document holds). A retried item takes the
+Writes to one document keep their order across retries. An item that failed for a passing
+reason (overload, a missing document) whose document a later `index` or `delete` of the same
+request wrote is moot: done, neither retried nor dead-lettered (the later write decides what
+the document holds). One refused for what it holds (a mapping error) is a dead letter all
+the same: the record itself is bad. A retried item takes the
 later items of its request that wrote the same document along, so an older write never
 lands over a newer one; that re-applies them, which is sound for every write but a script
 (a counter would count twice), so a request never holds a script after another write of
@@ -368,8 +370,11 @@ def classify(
         ):
             stop = _misconfigured(action, status, etype, reason)
             return Verdict(stop=stop, retried=tuple(retried.items()))
-        if i in moot:
-            continue  # a later index or delete of the request decided the document
+        transient = status == 429 or status >= 500 or etype in RETRY_ERROR_TYPES
+        if i in moot and (transient or etype == "document_missing_exception"):
+            # A later index or delete of the request decided the document. A write refused
+            # for what it holds (a mapping error) is the record's own failure: a dead letter.
+            continue
         if (
             (status == 429 or etype in RETRY_ERROR_TYPES)
             and alone
