@@ -225,7 +225,8 @@ def _restart(
     assert old_pid, f"{node.name} has no pid file"
     t0 = time.monotonic()
     _allocation(client, "primaries")  # its replicas wait for it instead of moving
-    client.indices.flush()
+    # The client's 10 s is short for a flush on a machine the other tiers keep busy.
+    client.options(request_timeout=120).indices.flush()
     _run([_stack(node, "down")], f"stopping {node.name}")
     down = time.monotonic()
     with pytest.raises(ProcessLookupError):
