@@ -66,21 +66,33 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.markexpr = "unit"
 
 
+# The kind of server a compat run talks to (scripts/test sets it per compatibility node).
+COMPAT_KIND = os.environ.get("ES_SINK_TEST_COMPAT_KIND")
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test is in exactly one tier: tests/unit is `unit` unless it says otherwise, and a
-    test under tests/integration declares `integration` or `system` (`compat` is an
-    integration test run again against the other servers)."""
+    test under tests/integration declares `integration` or `system`. `compat` is an
+    integration test run again against the other servers: every kind, or only the kinds it
+    names (`compat("opensearch")`); a compat run leaves out the tests not for its kind."""
+    other_kind = []
     for item in items:
         tiers = [t for t in TIERS if item.get_closest_marker(t)]
         if not tiers and "unit" in item.path.relative_to(ROOT).parts[:2]:
             item.add_marker(pytest.mark.unit)
             tiers = ["unit"]
-        if item.get_closest_marker("compat") and "integration" not in tiers:
+        compat = item.get_closest_marker("compat")
+        if compat and "integration" not in tiers:
             tiers.append("compat without integration")
         if len(tiers) != 1:
             msg = f"{item.nodeid}: declares tiers {tiers}; exactly one of {TIERS} is expected"
             raise pytest.UsageError(msg)
+        if COMPAT_KIND and compat and compat.args and COMPAT_KIND not in compat.args:
+            other_kind.append(item)
+    if other_kind:
+        config.hook.pytest_deselected(items=other_kind)
+        items[:] = [i for i in items if i not in other_kind]
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -30,7 +30,7 @@ from tests.conftest import (
     start_flow,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.compat]
+pytestmark = [pytest.mark.integration, pytest.mark.compat("elasticsearch")]
 
 KEYS = 60
 

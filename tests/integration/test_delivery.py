@@ -24,7 +24,7 @@ from tests.conftest import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.compat]
+pytestmark = [pytest.mark.integration, pytest.mark.compat("elasticsearch")]
 
 
 def _fill(services, topic: str, partitions: int, per_partition: int) -> None:

@@ -12,7 +12,7 @@ import pytest
 from chaos.flow import free_ports
 from tests.conftest import count_docs, create_topic, produce, run_flow, start_flow, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.compat]
+pytestmark = [pytest.mark.integration, pytest.mark.compat("elasticsearch")]
 
 
 def test_data_stream_gets_timestamped_creates(services, es, names):

@@ -22,7 +22,7 @@ from tests.conftest import (
     search_all,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.compat]
+pytestmark = [pytest.mark.integration, pytest.mark.compat("elasticsearch")]
 
 P = "__connect.errors."
 OWN = (P, "__es_sink.")  # the headers a dead letter gets beside the original ones

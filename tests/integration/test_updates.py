@@ -22,7 +22,7 @@ from tests.conftest import (
 from tests.es_proxy import BulkCall, EsProxy
 from tests.integration.updates_support import racing
 
-pytestmark = [pytest.mark.integration, pytest.mark.compat]
+pytestmark = [pytest.mark.integration, pytest.mark.compat("opensearch")]
 
 P = "__connect.errors."
 UT = "tests.integration.updates_support"
