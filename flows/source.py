@@ -198,9 +198,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._commit_metadata = discovery.commit_metadata(settings, topic)
         self._held_snapshotted = False
         self._durable = self._next  # then each snapshot, once next_batch is called again
-        if self._fence is not None and self._committed is not None:
-            self._commit(self._committed, final=True)  # announce this owner (flows.fencing)
-            self._fence.announced()
+        if self._new is None:  # a held new partition commits nothing (flows.discovery)
+            self._announce()
         # Assigned at the first read, once the worker built all its partitions: the
         # look-ups above would otherwise queue behind the fetches of those built before
         # (120 partitions: 10.5 s to the first document instead of 2).
@@ -253,6 +252,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                 self._awake = datetime.now(UTC) + _HELD_WAKE
                 return []
             self._new = None
+            self._announce()
         held = halt.held(self._topic, self._partition)
         if held is not None:  # ERRORS_TOLERANCE=none: see flows.halt
             if self._held_snapshotted:
@@ -424,6 +424,15 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._end = min(self._end, high)  # a truncated log never reaches its old end
         halt.start(*key, offset)
         return True
+
+    def _announce(self) -> None:
+        """Commit this owner's name before reading (flows.fencing): at the committed offset,
+        or, on a partition the group never committed, at the start offset, so that a
+        successor restarted after a crash knows whose bulks may still run."""
+        if self._fence is None:
+            return
+        self._commit(self._committed if self._committed is not None else self._next, final=True)
+        self._fence.announced()
 
     def _commit(self, offset: int, final: bool, release: bool = False) -> None:
         """Commit `offset`; `_committed` moves only when Kafka confirms (`_on_commit`), so a

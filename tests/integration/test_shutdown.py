@@ -128,8 +128,8 @@ def test_sigterm_during_outage_exits_nonzero_after_the_timeout_and_loses_nothing
     assert status == 1, f"exit status {status} after {took:.1f}s:\n{output[-3000:]}"
     assert 2.5 < took < 10, took
     assert "SHUTDOWN_TIMEOUT_S=3s" in output
-    # Nothing reached Elasticsearch, so nothing may be committed.
-    assert all(o < 0 for o in committed_offsets(services.kafka, topic, topic).values())
+    # Nothing reached Elasticsearch, so nothing past the start (the announcement) is committed.
+    assert all(o <= 0 for o in committed_offsets(services.kafka, topic, topic).values())
     # The next run (Elasticsearch back) indexes everything: nothing was lost.
     run = run_flow(services, {"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": topic})
     assert run.returncode == 0, run.output[-3000:]
@@ -153,7 +153,7 @@ def test_second_signal_during_outage_exits_at_once(
     assert status == 128 + signal.SIGTERM, f"exit {status} after {took:.1f}s:\n{output[-3000:]}"
     assert took < 3, took
     assert "second SIGTERM: exiting now" in output
-    assert all(o < 0 for o in committed_offsets(services.kafka, topic, topic).values())
+    assert all(o <= 0 for o in committed_offsets(services.kafka, topic, topic).values())
 
 
 def test_a_failure_outside_the_sinks_ends_the_process_while_a_bulk_waits(
@@ -193,4 +193,4 @@ def test_a_failure_outside_the_sinks_ends_the_process_while_a_bulk_waits(
     output = log.read_text()
     assert status not in (None, 0), f"exit {status}:\n{output[-3000:]}"
     assert "DLQ_MAX_CONSECUTIVE=2" in output
-    assert all(o < 0 for o in committed_offsets(services.kafka, topic, topic).values())
+    assert all(o <= 0 for o in committed_offsets(services.kafka, topic, topic).values())

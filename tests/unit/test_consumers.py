@@ -49,8 +49,11 @@ class ScriptedConsumer:
     def resume(self, tps: list[TopicPartition]) -> None:
         self.paused.difference_update((tp.topic, tp.partition) for tp in tps)
 
-    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
+    def commit(
+        self, offsets: list[TopicPartition], asynchronous: bool
+    ) -> list[TopicPartition] | None:
         self.calls.append(f"commit {offsets[0].partition}@{offsets[0].offset}")
+        return None if asynchronous else offsets  # as librdkafka confirms a synchronous one
 
     def get_watermark_offsets(self, tp: TopicPartition, **_: Any) -> tuple[int, int]:
         return 0, 100
@@ -243,7 +246,8 @@ def test_source_partitions_of_one_worker_share_a_consumer_and_read_only_their_ow
     got0 = p0.next_batch()
     assert scripted.assigned == {("t", 0): 0}
     assert [(m.partition(), m.offset()) for m in got0] == [(0, 0), (0, 1)]
-    assert scripted.calls == ["consume"]
+    # Each owner announced itself at its start offset when built; then one fetch for both.
+    assert scripted.calls == ["commit 0@0", "commit 1@0", "consume"]
     got1 = p1.next_batch()  # what p0's consume queued for it
     assert [(m.partition(), m.offset()) for m in got1] == [(1, 0), (1, 1), (1, 2)]
     p0.close()
