@@ -72,6 +72,9 @@ class Expect:
     document (its place in the workload, in offset order per key)."""
     routed: bool = False
     """ES_ROUTING=key: a keyed document's `_routing` is its key."""
+    counted: bool = False
+    """`chaos.modes.COUNTING_SCRIPT`: the record's JSON plus `applied` and `writes`, the
+    count of the document's writes since its last deletion."""
     strict: bool = False
     """ERRORS_TOLERANCE=none: no dead letters; the run ends stopped on a bad record."""
     bounds: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -162,7 +165,14 @@ def _mismatch(
     if seq not in allowed:
         return f"written by record seq={seq} ({_short(hit)})"
     rec = truth.recs[seq]
-    if hit.get("_source") != orjson.loads(rec.value or b""):
+    source = dict(hit.get("_source") or {})
+    if expect.counted:
+        source.pop("applied", None)
+        writes = source.pop("writes", None)
+        want = truth.writes(truth.doc_id(rec), seq)
+        if writes != want:
+            return f"writes={writes}, expected {want} ({_short(hit)})"
+    if source != orjson.loads(rec.value or b""):
         return f"_source {_short(hit.get('_source'))} differs from record {seq}"
     if expect.versioned and hit.get("_version") != seq:
         return f"_version {hit.get('_version')} != seq {seq}"

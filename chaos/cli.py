@@ -43,7 +43,7 @@ from typing import Any
 
 from chaos.flow import LAYOUT
 from chaos.modes import MODES
-from chaos.session import ModeResult, run_mode
+from chaos.session import ModeResult, NeedsOpenSearch, node_url, run_mode
 
 SECONDS_PER_KILL = 3.0
 
@@ -117,6 +117,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None, help="workload and kill timing seed")
     p.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
     p.add_argument("--es", default="http://127.0.0.1:9200", help="Elasticsearch URL")
+    p.add_argument(
+        "--opensearch",
+        default=None,
+        help="OpenSearch URL (with Painless) for the modes that run scripts (script)",
+    )
     p.add_argument("--keep", action="store_true", help="keep topics, index, group, logs")
     p.add_argument("--timeout", type=float, default=5400.0, help="total seconds, all modes")
     p.add_argument(
@@ -182,6 +187,9 @@ def summary(mode: str, r: ModeResult, seed: int, rate: float, seconds: float) ->
             f"partitions_added={g.add if g.done else 0} grow_live={int(g.live)} "
             f"grow_seen_s={g.seen_s:.1f} early_exits={stats.early_exits} "
         )
+    if r.faults is not None:
+        f = r.faults
+        line += f"bulks_held={f.held} late_kills={stats.late_held} items_429={f.rejected} "
     if r.strict is not None:
         s = r.strict.stats
         line += (
@@ -201,11 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.timeout
     say(f"chaos run {run}: seed={seed} logs in {workdir}")
-    es: Any = connect(args.es, request_timeout=120)
+    try:
+        urls = {name: node_url(args, MODES[name]) for name in args.modes}
+    except NeedsOpenSearch as e:
+        say(f"chaos: {e}")
+        return 2
+    clients: dict[str, Any] = {url: connect(url, request_timeout=120) for url in set(urls.values())}
     passed = True
     try:
         for name in args.modes:
             t0 = time.monotonic()
+            es = clients[urls[name]]
             result = run_mode(args, MODES[name], run, es, workdir, seed, deadline, say)
             print(summary(name, result, seed, args.rate, time.monotonic() - t0), flush=True)
             passed = result.passed and passed
@@ -214,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"chaos: harness error: {type(e).__name__}: {e}; logs kept in {workdir}")
         return 2
     finally:
-        es.close()
+        for client in clients.values():
+            client.close()
     if passed and not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     else:

@@ -10,6 +10,9 @@ SIGKILLs at random moments (`chaos.runner`). What differs:
 | `recovery` | a recovery store | 1w,3w,2p,1w,9w (rescaled) | VERSION=header:chaos-seq |
 | `offsets` | group offsets | 2w,2p | 3% tombstones deleting, ES_ROUTING=key, 3 shards |
 | `grow` | group offsets | 2w,2p | 4 partitions, 4 added mid-run, VERSION=none |
+| `late` | group offsets | 2w,1w,2p | VERSION=none, bulks held past timeouts and kills |
+| `update` | group offsets | 2w,1w | WRITE_METHOD=update, 3% tombstones deleting, item 429s |
+| `script` | a recovery store | 2w,1w | WRITE_METHOD=script, as `update`; OpenSearch only |
 | `strict` | a recovery store | 2w,1w | ERRORS_TOLERANCE=none, bad records on one partition |
 
 `grow` (`chaos.grow`) runs like a service, not a backfill: without KAFKA_STOP_AT_END (a
@@ -18,6 +21,15 @@ run), stopped by SIGTERM once everything is committed, and with
 KAFKA_AUTO_OFFSET_RESET=latest: the group's offsets are set to 0 before the first run (as
 an operator creating a group for a backlog does), so only the partitions added later have
 no offset, and they must still be read from their beginning.
+
+`late`, `update` and `script` put an HTTP proxy in ES_HOSTS (`chaos.faults`): `late`
+holds bulks until after the flow was killed and restarted, then delivers them (VERSION=none:
+external versions would refuse the stale writes and hide a late bulk); `update` and
+`script` answer 429 for some items. Both delete by tombstone, and the updates of a
+document a later tombstone deletes are replayed after kills: `ON_MISSING_DOCUMENT=upsert`
+creates the document again and the replayed tombstone deletes it. `script` counts each
+document's writes since it was (re)created with the README's replay guard
+(`COUNTING_SCRIPT`); Painless exists only on OpenSearch nodes (`--opensearch`).
 
 `offsets` creates its index with `_routing.required`: with DOC_ID=key and ES_ROUTING=key
 the routing value equals the id, so a write or delete that lost its routing would still
@@ -30,9 +42,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from chaos.faults import REQUEST_TIMEOUT_S
 from chaos.workload import NULL_KEY_SHARE, SEQ_HEADER, TOMBSTONE_SHARE
 
 EPOCH_S = 1
+COUNTING_SCRIPT = """
+String p = params.record.topic + '/' + params.record.partition;
+if (ctx._source.applied == null) { ctx._source.applied = [:]; }
+def last = ctx._source.applied[p];
+if (last != null && last >= params.record.offset) { ctx.op = 'noop'; return; }
+ctx._source.applied[p] = params.record.offset;
+long writes = ctx._source.writes == null ? 0 : ctx._source.writes;
+ctx._source.putAll(params.doc);
+ctx._source.writes = writes + 1;
+"""
+"""The README's replay guard (ES_SCRIPT_RECORD), then the record's document and a count of
+the writes since the document was (re)created: replays and re-sent bulks skip an applied
+record, so `writes` is exact."""
 RECOVERY_PARTITIONS = 2
 GROW_FIRST = 4
 GROW_ADD = 4
@@ -59,6 +85,14 @@ class Mode:
     grow: bool = False
     outages: bool = True
     """Forced SIGTERM-in-an-outage interruptions apply (not once the flow stops by itself)."""
+    late: bool = False
+    """Bulks held past ES_REQUEST_TIMEOUT_S and past kills, then delivered (`chaos.faults`)."""
+    rejects: bool = False
+    """Some bulk items answered 429 by the proxy (`chaos.faults`)."""
+    counted: bool = False
+    """WRITE_METHOD=script with `COUNTING_SCRIPT`: documents carry `writes` and `applied`."""
+    opensearch: bool = False
+    """Needs Painless, which only the OpenSearch nodes of `scripts/stack` have."""
 
 
 MODES: dict[str, Mode] = {
@@ -91,6 +125,50 @@ MODES: dict[str, Mode] = {
             partitions=GROW_FIRST,
             versioned=False,
             grow=True,
+        ),
+        Mode(
+            "late",
+            recovery=False,
+            layouts=("2w", "1w", "2p"),
+            # External versions would refuse a late bulk's older writes (409) and hide it.
+            settings={"VERSION": "none", "ES_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S)},
+            versioned=False,
+            late=True,
+        ),
+        Mode(
+            "update",
+            recovery=False,
+            layouts=("2w", "1w"),
+            settings={
+                "WRITE_METHOD": "update",
+                "VERSION": "none",
+                "ON_NULL_VALUE": "delete",
+                "ON_MISSING_DOCUMENT": "upsert",
+            },
+            tombstones=0.03,
+            deletes=True,
+            versioned=False,
+            rejects=True,
+        ),
+        Mode(
+            "script",
+            recovery=True,
+            layouts=("2w", "1w"),
+            settings={
+                "WRITE_METHOD": "script",
+                "ES_SCRIPT_SOURCE": COUNTING_SCRIPT,
+                "ES_SCRIPT_RECORD": "true",
+                "VERSION": "none",
+                "ON_NULL_VALUE": "delete",
+                "ON_MISSING_DOCUMENT": "upsert",
+                "ES_SCRIPTED_UPSERT": "true",
+            },
+            tombstones=0.03,
+            deletes=True,
+            versioned=False,
+            rejects=True,
+            counted=True,
+            opensearch=True,
         ),
         Mode(
             "strict",

@@ -11,6 +11,8 @@ a `forced` number are fixed in advance, the rest drawn at random:
 * `epoch`: arm at a random moment, poll the group's committed offsets every ~25 ms; a
   change marks an epoch boundary. Then kill 0-100 ms later (`after-commit`) or at
   boundary + epoch length - 0-300 ms (`before-boundary`: while the sinks flush).
+* `late` (half the plans where bulks are held, `chaos.faults`): arm a hold on the next
+  bulk, and kill 0-1 s after it is held; the bulk lands after the restart.
 * `outage` / `outage2` (forced): at a random moment cut Elasticsearch off and SIGTERM
   once or twice (`chaos.outage`).
 * `after-bad` (ERRORS_TOLERANCE=none, once the flow has stopped on its bad record): kill
@@ -36,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chaos.faults import Faults
 from chaos.flow import Flow
 from chaos.grow import Growth
 from chaos.invariants import Durable, Invariants
@@ -47,7 +50,7 @@ from chaos.strict import StrictWatch, held_logged, named_record
 SURVIVOR_WAIT_S = 15.0
 HANDLER_WAIT_S = 15.0
 """How long a flow that runs on is given to start reading before it is stopped anyway."""
-PLANS = ("startup", "random", "bulk", "epoch", "outage", "outage2", "after-bad")
+PLANS = ("startup", "random", "bulk", "epoch", "late", "outage", "outage2", "after-bad")
 RANDOM_PLANS = ("startup", "random", "bulk", "epoch")
 PLAN_WEIGHTS = (1, 3, 3, 3)
 MAX_CRASHES = 5
@@ -75,6 +78,8 @@ class ModeStats:
     offset_checks: int = 0
     crashes: int = 0
     kills_in_bulk: int = 0
+    late_held: int = 0
+    """Kills while a bulk was held, to land after the restart (`late` plan)."""
     survivors_hung: int = 0
     outage: OutageStats = field(default_factory=OutageStats)
     early_exits: int = 0
@@ -119,6 +124,7 @@ class Chaos:
     """kill number (1-based) -> plan"""
     strict: StrictWatch | None = None
     growth: Growth | None = None
+    faults: Faults | None = None
     stats: ModeStats = field(default_factory=ModeStats)
     flow: Flow | None = None
 
@@ -282,6 +288,8 @@ class Chaos:
             # meets its bad record; the first such moments (before a clean stop stored the
             # record's offset) are where review finding F1 lost records.
             return self.rng.choices(("startup", "after-bad"), (1, 6))[0]
+        if self.faults is not None and self.faults.late and self.rng.random() < 0.5:
+            return "late"
         return self.rng.choices(RANDOM_PLANS, PLAN_WEIGHTS)[0]
 
     def _attempt_with_kill(self, flow: Flow, committed_before: int) -> Outcome:
@@ -313,6 +321,8 @@ class Chaos:
                     ok = self._sleep_until(flow, time.monotonic() + 0.01)
             elif ok and plan == "epoch":
                 ok, variant = self._wait_epoch(flow)
+            elif ok and plan == "late":
+                ok, variant = self._wait_late(flow)
         if not ok:
             return self._gone(flow)
         return self._kill(flow, plan, variant, committed_before, active_at, ops_at)
@@ -336,6 +346,18 @@ class Chaos:
                 return self._sleep_until(flow, when), "before-boundary"
             ok = self._sleep_until(flow, time.monotonic() + 0.025)
         return ok, "no-commit-seen"
+
+    def _wait_late(self, flow: Flow) -> tuple[bool, str]:
+        """Until a bulk is held (`chaos.faults`), then 0-1 s more."""
+        assert self.faults is not None
+        self.faults.arm()
+        give_up = time.monotonic() + 20
+        while time.monotonic() < give_up:
+            if self.faults.holding():
+                return self._sleep_until(flow, time.monotonic() + self.rng.uniform(0, 1)), "held"
+            if not self._sleep_until(flow, time.monotonic() + 0.02):
+                return False, ""
+        return True, "none-held"
 
     def _wait_hold(self, flow: Flow) -> tuple[bool, str]:
         """Until the flow logs a failed record: held by the processor (raised an epoch
@@ -395,6 +417,7 @@ class Chaos:
             how += " (a survivor hung; SIGKILLed)"
             flow.kill_all()
         self.stats.kills_in_bulk += in_bulk
+        self.stats.late_held += plan == "late" and variant == "held"
         ops = self.monitor.index_ops()
         if ops_at >= 0 and ops > ops_at and at - active_at > 0.5:
             rate = (ops - ops_at) / (at - active_at)

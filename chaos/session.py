@@ -14,6 +14,7 @@ from typing import Any
 
 from chaos import truth as truths
 from chaos.audit import AuditResult, Expect, audit, end_offsets
+from chaos.faults import Faults
 from chaos.flow import ROOT, flow_env
 from chaos.grow import Growth
 from chaos.invariants import Invariants
@@ -35,7 +36,25 @@ class ModeResult:
     records: int
     growth: Growth | None
     strict: StrictWatch | None
+    faults: Faults | None
     passed: bool
+
+
+class NeedsOpenSearch(Exception):
+    """A mode that runs Painless scripts was asked for without an OpenSearch node."""
+
+
+def node_url(args: argparse.Namespace, mode: Mode) -> str:
+    """The node the mode writes to: `--opensearch` for a mode that needs Painless."""
+    if not mode.opensearch:
+        return str(args.es)
+    if not args.opensearch:
+        msg = (
+            f"mode {mode.name} runs Painless scripts, which only OpenSearch nodes have "
+            "(scripts/stack ES_DISTRIBUTION=opensearch): give --opensearch URL"
+        )
+        raise NeedsOpenSearch(msg)
+    return str(args.opensearch)
 
 
 def cleanup(
@@ -105,11 +124,15 @@ def run_mode(
             first, seed, mode.partitions, tombstone_share=mode.tombstones,
             null_key_share=mode.null_keys,
         )  # fmt: skip
-    proxy = Proxy(args.es)
+    faults = es_proxy = None
+    if mode.late or mode.rejects:
+        faults = Faults(random.Random(f"{seed}-{mode.name}-faults"), mode.late, mode.rejects)
+        es_proxy = faults.start(node_url(args, mode))
+    proxy = Proxy(es_proxy.url if es_proxy is not None else node_url(args, mode))
     try:
         create_topic(args.bootstrap, topic, mode.partitions)
         create_topic(args.bootstrap, dlq, 1)
-        es.indices.create(index=index, **index_body(mode.shards, routing_required=mode.routed))
+        es.indices.create(index=index, **index_body(mode.shards, mode.routed, mode.counted))
         produced = produce(
             args.bootstrap, topic, recs, txn_share=args.txn_share, rng=rng,
             partitions=mode.partitions,
@@ -201,6 +224,7 @@ def run_mode(
             forced=forced_plans(args.kills, args.outages, rng) if mode.outages else {},
             strict=strict,
             growth=grower,
+            faults=faults,
         )
         try:
             chaos.run()
@@ -209,6 +233,8 @@ def run_mode(
         finally:
             monitor.close()
             invariants.close()
+        while faults is not None and faults.holding():  # audit what a late bulk leaves
+            time.sleep(0.1)
         bounds: dict[int, tuple[int, int]] = {}
         if mode.strict:
             committed = invariants.capture().committed
@@ -222,6 +248,7 @@ def run_mode(
         expect = Expect(
             versioned=mode.versioned,
             routed=mode.routed,
+            counted=mode.counted,
             strict=mode.strict,
             bounds=bounds,
             ends=ends,
@@ -246,10 +273,13 @@ def run_mode(
             len(recs),
             grower,
             strict,
+            faults,
             _passed(stats, result, grower, strict),
         )
     finally:
         proxy.close()
+        if es_proxy is not None:
+            es_proxy.__exit__(None, None, None)
         if not args.keep:
             cleanup(args.bootstrap, es, [topic, dlq], index, group, say)
 

@@ -72,6 +72,17 @@ class Truth:
         absent = below == 0 or any(self.recs[i].value is None for i in window)
         return Allowed(states, absent)
 
+    def writes(self, doc_id: str, i: int) -> int:
+        """How many writes the document has had when record `i` (one of its ops) wrote it,
+        counting from its last deletion: what a counting script leaves."""
+        count = 0
+        for j in self.ops[doc_id]:
+            count = 0 if self.recs[j].value is None else count + 1
+            if j == i:
+                return count
+        msg = f"record {i} is not an op of {doc_id!r}"
+        raise ValueError(msg)
+
     def last(self, doc_id: str) -> int:
         """Index of the document's last op."""
         return self.ops[doc_id][-1]

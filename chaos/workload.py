@@ -128,14 +128,23 @@ BAD_KINDS: dict[str, tuple[str, Maker]] = {
 }
 
 
-def index_body(shards: int, routing_required: bool = False) -> dict[str, Any]:
+def index_body(
+    shards: int, routing_required: bool = False, counted: bool = False
+) -> dict[str, Any]:
     """INDEX_BODY with `shards` primary shards (several: routing decides where a doc lives).
 
     `routing_required`: Elasticsearch refuses any write or delete without routing. With
     ES_ROUTING=key and DOC_ID=key the routing value is the id, so a delete that lost its
     routing would still find the document's shard; this makes the loss visible.
+    `counted`: the fields `chaos.modes.COUNTING_SCRIPT` adds (`applied`'s keys are topics).
     """
     mappings = dict(INDEX_BODY["mappings"])
+    if counted:
+        mappings["properties"] = {
+            **mappings["properties"],
+            "writes": {"type": "long"},
+            "applied": {"type": "object", "enabled": False},
+        }
     if routing_required:
         mappings["_routing"] = {"required": True}
     settings = {**INDEX_BODY["settings"], "number_of_shards": shards}

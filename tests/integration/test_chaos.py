@@ -3,13 +3,18 @@ real SIGKILLs and SIGTERMs during Elasticsearch outages, and an audit that nothi
 changed or invented, and that every bad record reached the dead-letter topic. One short run
 per mode (~45 s each on 2 cores): `recovery` rescales 1w,3w,2p,1w,9w,1w over one recovery
 store, `offsets` deletes by tombstone with ES_ROUTING=key on 3 shards, `grow` adds partitions
-while the flow runs, `strict` stops on the earliest bad record (ERRORS_TOLERANCE=none);
-all read a topic written partly in transactions, committed and aborted. `scripts/chaos`
+while the flow runs, `late` delivers bulks held past timeouts and kills (VERSION=none),
+`update` and `script` (WRITE_METHOD=update, and a counting Painless script on OpenSearch)
+delete by tombstone while some items are answered 429, `strict` stops on the earliest bad
+record (ERRORS_TOLERANCE=none); all read a topic written partly in transactions, committed
+and aborted. `script` runs against ES_SINK_TEST_OPENSEARCH (an OpenSearch node with
+Painless, scripts/stack ES_DISTRIBUTION=opensearch) and is skipped without it. `scripts/chaos`
 with no arguments is the full run (200,000 records, 20+ interruptions per mode)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import re
 import socket
@@ -26,11 +31,17 @@ pytestmark = pytest.mark.system
 
 SUMMARY = re.compile(r"^mode=(\w+) (.*)$", re.MULTILINE)
 RECORDS = 8000
+OPENSEARCH = os.environ.get("ES_SINK_TEST_OPENSEARCH")
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("mode", ["recovery", "offsets", "grow", "strict"])
+@pytest.mark.parametrize(
+    "mode", ["recovery", "offsets", "grow", "late", "update", "script", "strict"]
+)
 def test_chaos_interruptions_lose_nothing(services: Services, mode: str, tmp_path: Path) -> None:
+    painless = ["--opensearch", OPENSEARCH] if OPENSEARCH else []
+    if mode == "script" and not painless:
+        pytest.skip("needs ES_SINK_TEST_OPENSEARCH: an OpenSearch node with Painless")
     cmd = [
         sys.executable,
         str(ROOT / "scripts" / "chaos"),
@@ -41,6 +52,7 @@ def test_chaos_interruptions_lose_nothing(services: Services, mode: str, tmp_pat
         "--es", services.es_url,
         "--timeout", "170",
         "--workdir", str(tmp_path / "chaos"),
+        *painless,
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=190, check=False)
     report = f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-6000:]}"
@@ -70,6 +82,10 @@ def test_chaos_interruptions_lose_nothing(services: Services, mode: str, tmp_pat
         assert counts["runs"] >= 6, report
     if mode == "grow":
         assert counts["partitions_added"] == 4 and counts["grow_live"] == 1, report
+    if mode == "late":
+        assert counts["bulks_held"] > 0 and counts["late_kills"] >= 1, report
+    if mode in ("update", "script"):
+        assert counts["items_429"] > 0, report
     assert proc.returncode == 0, report
 
 
