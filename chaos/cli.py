@@ -1,6 +1,7 @@
 """`scripts/chaos`: produce a keyed workload, interrupt the flow until it finishes, audit.
 
-    scripts/chaos [--records 200000] [--kills 20] [--modes recovery,offsets,grow,strict]
+    scripts/chaos [--records 200000] [--kills 20]
+                  [--modes recovery,offsets,grow,late,update,script,strict]
                   [--layouts 1w,3w,2p,1w,9w] [--outages 2] [--txn-share 0.3]
                   [--shutdown-timeout 5] [--seed N] [--bootstrap 127.0.0.1:9092]
                   [--es http://127.0.0.1:9200] [--keep] [--timeout 5400]
@@ -86,7 +87,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--records", type=int, default=200_000, help="records per mode")
     p.add_argument("--kills", type=int, default=20, help="interruptions per mode (at least)")
-    p.add_argument("--modes", type=_modes, default=list(MODES), help=",".join(MODES))
+    p.add_argument(
+        "--modes",
+        type=_modes,
+        default=None,
+        help=f"{','.join(MODES)} (default: all; without --opensearch all but those that "
+        "need Painless)",
+    )
     p.add_argument(
         "--layouts",
         type=_layouts,
@@ -151,6 +158,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         name, sep, _ = item.partition("=")
         if not sep or not name:
             p.error(f"--set expects NAME=VALUE, got {item!r}")
+    if args.modes is None:
+        args.modes = [m for m in MODES if args.opensearch or not MODES[m].opensearch]
     if args.rate is None:
         args.rate = max(args.records / ((args.kills + 1) * SECONDS_PER_KILL), 200.0)
     return args
@@ -168,7 +177,8 @@ def summary(mode: str, r: ModeResult, seed: int, rate: float, seconds: float) ->
         f"mode={mode} kills={stats.kills} records={r.records} lost={result.lost} "
         f"wrong={result.wrong} extra={result.extra} undeleted={result.undeleted} "
         f"aborted_seen={result.aborted_seen} dlq_expected={result.dlq_expected} "
-        f"dlq_found={result.dlq_found} dlq_duplicates={result.dlq_duplicates} "
+        f"dlq_found={result.dlq_found} dlq_moot={result.dlq_moot} "
+        f"dlq_duplicates={result.dlq_duplicates} "
         f"dlq_good={result.dlq_good} dlq_unknown={result.dlq_unknown} "
         f"dlq_mismatch={result.dlq_mismatch} commit_mismatch={result.commit_mismatch} "
         f"commit_ahead={stats.commit_ahead} resume_ahead={stats.resume_ahead} "
@@ -209,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.timeout
     say(f"chaos run {run}: seed={seed} logs in {workdir}")
+    skipped = [m for m in MODES if m not in args.modes and MODES[m].opensearch]
+    if skipped and not args.opensearch:
+        say(
+            f"chaos: not running {','.join(skipped)}: "
+            "Painless needs an OpenSearch node (--opensearch)"
+        )
     try:
         urls = {name: node_url(args, MODES[name]) for name in args.modes}
     except NeedsOpenSearch as e:

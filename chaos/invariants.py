@@ -148,7 +148,8 @@ class Invariants:
                 rec = truth.recs[i]
                 if rec.offset >= upto:
                     break
-                if rec.bad and (p, rec.offset) not in durable.dead:
+                coords = (p, rec.offset)
+                if rec.bad and coords not in durable.dead and coords not in truth.moot:
                     missing += 1
                     self.found.note(
                         f"{what}: partition {p} at {upto}, but bad record {rec.offset} "

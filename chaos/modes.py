@@ -94,6 +94,17 @@ class Mode:
     opensearch: bool = False
     """Needs Painless, which only the OpenSearch nodes of `scripts/stack` have."""
 
+    @property
+    def superseding(self) -> frozenset[str]:
+        """The sink's operations that make an earlier failed write of their document moot
+        (`chaos.truth.Truth.moot`): none under external versions; deletes only where the
+        records are updates or scripts."""
+        if self.versioned:
+            return frozenset()
+        if "WRITE_METHOD" in self.settings:
+            return frozenset({"delete"})
+        return frozenset({"index", "delete"})
+
 
 MODES: dict[str, Mode] = {
     m.name: m

@@ -137,7 +137,7 @@ def run_mode(
             args.bootstrap, topic, recs, txn_share=args.txn_share, rng=rng,
             partitions=mode.partitions,
         )  # fmt: skip
-        truth = truths.build(topic, recs, deletes=mode.deletes)
+        truth = truths.build(topic, recs, deletes=mode.deletes, superseding=mode.superseding)
         finals = [truth.allowed(d, truths.INFINITY, truths.INFINITY) for d in truth.ops]
         say(
             f"[{mode.name}] produced {len(recs)} records to {topic} ({produced.txn_records} in "
@@ -187,7 +187,9 @@ def run_mode(
                 produced.txn_records += extra.txn_records
                 produced.committed_txns += extra.committed_txns
                 produced.aborted_txns += extra.aborted_txns
-                truth = truths.build(topic, recs, deletes=mode.deletes)
+                truth = truths.build(
+                    topic, recs, deletes=mode.deletes, superseding=mode.superseding
+                )
                 invariants.truth = truth
                 ends = end_offsets(args.bootstrap, topic)
                 return len(more)
