@@ -200,6 +200,11 @@ def summary(mode: str, r: ModeResult, seed: int, rate: float, seconds: float) ->
     if r.faults is not None:
         f = r.faults
         line += f"bulks_held={f.held} late_kills={stats.late_held} items_429={f.rejected} "
+    if r.reset is not None:
+        z = r.reset
+        line += (
+            f"deleted_unread={z.unread} deleted_metric={z.metric} deleted_warned={int(z.warned)} "
+        )
     if r.strict is not None:
         s = r.strict.stats
         line += (

@@ -29,7 +29,7 @@ HOLD_S = (REQUEST_TIMEOUT_S + 0.5, REQUEST_TIMEOUT_S + 1.5)
 """How long a late bulk is held: past the request timeout, and past a kill and restart of
 the flow, yet within the lease a restarted flow waits for a dead owner's listed bulks (two
 epochs plus the request timeout): a bulk held longer is read past, as documented."""
-LATE_SHARE = 0.03
+LATE_SHARE = 0.01
 """Share of bulks held without a `late` plan asking (a timeout in a running flow)."""
 REJECT_BULK_SHARE = 0.3
 REJECT_ITEM_SHARE = 0.1

@@ -13,6 +13,7 @@ SIGKILLs at random moments (`chaos.runner`). What differs:
 | `late` | group offsets | 2w,1w,2p | VERSION=none, bulks held past timeouts and kills |
 | `update` | group offsets | 2w,1w | WRITE_METHOD=update, 3% tombstones deleting, item 429s |
 | `script` | a recovery store | 2w,1w | WRITE_METHOD=script, as `update`; OpenSearch only |
+| `reset` | group offsets | 2w,1w | KAFKA_AUTO_OFFSET_RESET=latest, a paused position deleted |
 | `strict` | a recovery store | 2w,1w | ERRORS_TOLERANCE=none, bad records on one partition |
 
 `grow` (`chaos.grow`) runs like a service, not a backfill: without KAFKA_STOP_AT_END (a
@@ -30,6 +31,10 @@ document a later tombstone deletes are replayed after kills: `ON_MISSING_DOCUMEN
 creates the document again and the replayed tombstone deletes it. `script` counts each
 document's writes since it was (re)created with the README's replay guard
 (`COUNTING_SCRIPT`); Painless exists only on OpenSearch nodes (`--opensearch`).
+
+`reset` (`chaos.reset`) primes the group's offsets to 0 like `grow`, then once pauses the
+flow, has the broker delete a partition's records from the flow's position on, and resumes:
+under `latest` nothing from the deletion point on may be skipped to the log end.
 
 `offsets` creates its index with `_routing.required`: with DOC_ID=key and ES_ROUTING=key
 the routing value equals the id, so a write or delete that lost its routing would still
@@ -93,6 +98,8 @@ class Mode:
     """WRITE_METHOD=script with `COUNTING_SCRIPT`: documents carry `writes` and `applied`."""
     opensearch: bool = False
     """Needs Painless, which only the OpenSearch nodes of `scripts/stack` have."""
+    reset: bool = False
+    """A paused partition's unread records deleted by the broker (`chaos.reset`)."""
 
     @property
     def superseding(self) -> frozenset[str]:
@@ -180,6 +187,13 @@ MODES: dict[str, Mode] = {
             rejects=True,
             counted=True,
             opensearch=True,
+        ),
+        Mode(
+            "reset",
+            recovery=False,
+            layouts=("2w", "1w"),
+            settings={"KAFKA_AUTO_OFFSET_RESET": "latest"},
+            reset=True,
         ),
         Mode(
             "strict",

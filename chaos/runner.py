@@ -45,6 +45,7 @@ from chaos.invariants import Durable, Invariants
 from chaos.monitor import Monitor
 from chaos.outage import OUTAGE_SLACK_S, OutageStats, sigterm_during_outage
 from chaos.proxy import Proxy
+from chaos.reset import Reset
 from chaos.strict import StrictWatch, held_logged, named_record
 
 SURVIVOR_WAIT_S = 15.0
@@ -125,6 +126,7 @@ class Chaos:
     strict: StrictWatch | None = None
     growth: Growth | None = None
     faults: Faults | None = None
+    reset: Reset | None = None
     stats: ModeStats = field(default_factory=ModeStats)
     flow: Flow | None = None
 
@@ -207,6 +209,8 @@ class Chaos:
     def _attempt_to_end(self, flow: Flow) -> Outcome:
         if self.growth is not None and not self.growth.done:
             self._grow(flow)
+        elif self.reset is not None and not self.reset.done:
+            self._reset(flow)
         elif not self.stop_at_end:
             # A kill that came after the last commit leaves all read at this start: a
             # SIGTERM before the flow's handler is in place would end it with -15, a
@@ -277,6 +281,17 @@ class Chaos:
         self.say(f"[{self.mode}] {self.growth.describe()}")
         return not flow.any_exited()
 
+    def _reset(self, flow: Flow) -> bool:
+        """Delete a paused partition's unread records while `flow` reads (`chaos.reset`)."""
+        assert self.reset is not None
+        ok = self._wait_active(flow) and self._sleep_until(
+            flow, time.monotonic() + self.rng.uniform(0.5, 2.0)
+        )
+        if not ok or not self.reset.run(flow, self.monitor, self._check_time):
+            return False
+        self.say(f"[{self.mode}] {self.reset.describe()}")
+        return True
+
     def _plan(self) -> str:
         forced = self.forced.get(self.stats.kills + 1)
         if forced is not None:
@@ -295,6 +310,8 @@ class Chaos:
     def _attempt_with_kill(self, flow: Flow, committed_before: int) -> Outcome:
         rng = self.rng
         if self.growth is not None and self.growth.due(self.stats.kills) and not self._grow(flow):
+            return self._gone(flow)
+        if self.reset is not None and self.reset.due(self.stats.kills) and not self._reset(flow):
             return self._gone(flow)
         plan = self._plan()
         window = self._window()

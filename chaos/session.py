@@ -15,16 +15,17 @@ from typing import Any
 from chaos import truth as truths
 from chaos.audit import AuditResult, Expect, audit, end_offsets
 from chaos.faults import Faults
-from chaos.flow import ROOT, flow_env
+from chaos.flow import ROOT, consecutive_ports, flow_env
 from chaos.grow import Growth
 from chaos.invariants import Invariants
 from chaos.modes import EPOCH_S, GROW_ADD, GROW_SHARE, RECOVERY_PARTITIONS, Mode, base_settings
 from chaos.monitor import Monitor
 from chaos.produce import Produced, produce
 from chaos.proxy import Proxy
+from chaos.reset import Reset
 from chaos.runner import Chaos, HarnessTimeout, ModeStats, TooManyCrashes
 from chaos.strict import StrictWatch, dropped_after
-from chaos.workload import generate, generate_strict, growth, index_body
+from chaos.workload import Rec, generate, generate_strict, growth, index_body
 from devkit.kafka import add_partitions, create_topic
 
 
@@ -37,6 +38,7 @@ class ModeResult:
     growth: Growth | None
     strict: StrictWatch | None
     faults: Faults | None
+    reset: Reset | None
     passed: bool
 
 
@@ -137,7 +139,18 @@ def run_mode(
             args.bootstrap, topic, recs, txn_share=args.txn_share, rng=rng,
             partitions=mode.partitions,
         )  # fmt: skip
-        truth = truths.build(topic, recs, deletes=mode.deletes, superseding=mode.superseding)
+        gone: dict[int, tuple[int, int]] = {}  # partition -> offsets the broker deleted unread
+
+        def rebuild() -> truths.Truth:
+            def deleted(r: Rec) -> bool:
+                low, high = gone.get(r.partition, (0, 0))
+                return low <= r.offset < high
+
+            return truths.build(
+                topic, recs, deletes=mode.deletes, superseding=mode.superseding, gone=deleted
+            )
+
+        truth = rebuild()
         finals = [truth.allowed(d, truths.INFINITY, truths.INFINITY) for d in truth.ops]
         say(
             f"[{mode.name}] produced {len(recs)} records to {topic} ({produced.txn_records} in "
@@ -146,7 +159,7 @@ def run_mode(
             f"{sum(not a.recs for a in finals)} of them deleted by tombstones, "
             f"{len(truth.bad)} bad records ({time.monotonic() - t0:.0f}s)"
         )
-        if mode.grow:
+        if mode.grow or mode.reset:
             prime_group(args.bootstrap, group, topic, mode.partitions)
         run_args = ["-s", str(EPOCH_S)]
         if mode.recovery:
@@ -163,6 +176,8 @@ def run_mode(
             dlq=dlq,
         )  # fmt: skip
         settings.update(mode.settings)
+        if mode.reset:
+            settings["API_PORT"] = str(consecutive_ports(1))
         settings["SHUTDOWN_TIMEOUT_S"] = f"{args.shutdown_timeout:g}"
         settings.update(dict(item.split("=", 1) for item in args.settings))
         monitor = Monitor(es, args.bootstrap, group, topic, index)
@@ -198,6 +213,18 @@ def run_mode(
                 at_kill=max(args.kills // 2, 1), add=GROW_ADD, first_new=mode.partitions,
                 produce=grow_now,
             )  # fmt: skip
+        resetter: Reset | None = None
+        if mode.reset:
+
+            def deleted(partition: int, position: int, cut: int) -> None:
+                nonlocal truth
+                gone[partition] = (position, cut)
+                truth = invariants.truth = rebuild()
+
+            resetter = Reset(
+                at_kill=max(args.kills // 2, 1), api_port=int(settings["API_PORT"]),
+                bootstrap=args.bootstrap, topic=topic, deleted=deleted,
+            )  # fmt: skip
         strict = StrictWatch(truth, invariants) if mode.strict else None
 
         def complete() -> bool:
@@ -227,6 +254,7 @@ def run_mode(
             strict=strict,
             growth=grower,
             faults=faults,
+            reset=resetter,
         )
         try:
             chaos.run()
@@ -276,7 +304,8 @@ def run_mode(
             grower,
             strict,
             faults,
-            _passed(stats, result, grower, strict),
+            resetter,
+            _passed(stats, result, grower, strict, resetter),
         )
     finally:
         proxy.close()
@@ -287,7 +316,11 @@ def run_mode(
 
 
 def _passed(
-    stats: ModeStats, result: AuditResult, grower: Growth | None, strict: StrictWatch | None
+    stats: ModeStats,
+    result: AuditResult,
+    grower: Growth | None,
+    strict: StrictWatch | None,
+    reset: Reset | None,
 ) -> bool:
     ok = (
         result.ok
@@ -298,6 +331,8 @@ def _passed(
     )
     if grower is not None:
         ok = ok and grower.done and grower.live
+    if reset is not None:
+        ok = ok and reset.done and reset.warned and reset.metric == reset.unread
     if strict is not None:
         s = strict.stats
         ok = ok and s.stops >= 2 and s.stop_wrong == s.stop_lost == s.past_bad == 0

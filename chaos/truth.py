@@ -17,6 +17,7 @@ below the committed offset); ERRORS_TOLERANCE=none uses high = the first bad rec
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from chaos.workload import Rec
@@ -94,9 +95,15 @@ class Truth:
 
 
 def build(
-    topic: str, recs: list[Rec], *, deletes: bool, superseding: frozenset[str] = frozenset()
+    topic: str,
+    recs: list[Rec],
+    *,
+    deletes: bool,
+    superseding: frozenset[str] = frozenset(),
+    gone: Callable[[Rec], bool] = lambda r: False,
 ) -> Truth:
     """Index `recs` (offsets filled in); raises GroundTruthError if a key spans partitions.
+    `gone`: records the broker deleted before anyone read them, as if never produced.
 
     `superseding`: the sink's operations that make an earlier failed write of their
     document moot (`index`, `delete`; none under external versions), for `Truth.moot`."""
@@ -105,6 +112,8 @@ def build(
     owner: dict[bytes, int] = {}
     for i in sorted(range(len(recs)), key=lambda j: (recs[j].partition, recs[j].offset)):
         r = recs[i]
+        if gone(r):
+            continue
         truth.by_partition.setdefault(r.partition, []).append(i)
         coords = (r.partition, r.offset)
         # Empty keys only occur in bad records (an empty document id): no document.
