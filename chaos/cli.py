@@ -1,7 +1,7 @@
 """`scripts/chaos`: produce a keyed workload, interrupt the flow until it finishes, audit.
 
     scripts/chaos [--records 200000] [--kills 20]
-                  [--modes recovery,offsets,grow,late,update,script,strict]
+                  [--modes recovery,offsets,grow,late,update,script,reset,strict]
                   [--layouts 1w,3w,2p,1w,9w] [--outages 2] [--txn-share 0.3]
                   [--shutdown-timeout 5] [--seed N] [--bootstrap 127.0.0.1:9092]
                   [--es http://127.0.0.1:9200] [--keep] [--timeout 5400]
