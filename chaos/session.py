@@ -202,10 +202,7 @@ def run_mode(
                 produced.txn_records += extra.txn_records
                 produced.committed_txns += extra.committed_txns
                 produced.aborted_txns += extra.aborted_txns
-                truth = truths.build(
-                    topic, recs, deletes=mode.deletes, superseding=mode.superseding
-                )
-                invariants.truth = truth
+                truth = invariants.truth = rebuild()
                 ends = end_offsets(args.bootstrap, topic)
                 return len(more)
 

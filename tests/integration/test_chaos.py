@@ -134,6 +134,31 @@ def test_ground_truth_and_offset_checks_catch_losses() -> None:
         inv.close()
 
 
+def test_truth_moot_refusals_script_counts_and_deleted_records() -> None:
+    """Negative control (no services): a refusal is moot only before a superseding write of
+    its document; a counting script's expected count restarts at a delete; records the
+    broker deleted unread leave the truth."""
+    from chaos.truth import build
+    from chaos.workload import Rec
+
+    recs = [
+        Rec("good", b"a", b'{"seq":0}', None, 0, 0),
+        Rec("mapping-long", b"a", b'{"n":"x"}', "index", 0, 1),
+        Rec("good", b"a", b'{"seq":2}', None, 0, 2),
+        Rec("tombstone", b"a", None, None, 0, 3),
+        Rec("good", b"a", b'{"seq":4}', None, 0, 4),
+        Rec("mapping-date", b"a", b'{"ts":"x"}', "index", 0, 5),
+    ]
+    assert build("t", recs, deletes=True).moot == set()  # external versions: none moot
+    indexed = build("t", recs, deletes=True, superseding=frozenset({"index", "delete"}))
+    assert indexed.moot == {(0, 1)}  # (0, 5) has no later write: its dead letter is due
+    updates = build("t", recs, deletes=True, superseding=frozenset({"delete"}))
+    assert updates.moot == {(0, 1)}  # the tombstone at 3 supersedes it
+    assert [updates.writes("a", i) for i in (0, 2, 4)] == [1, 2, 1]
+    gone = build("t", recs, deletes=True, gone=lambda r: 1 <= r.offset < 4)
+    assert gone.ops == {"a": [0, 4]} and gone.bad == {(0, 5): 5}
+
+
 def test_strict_stop_parsing_and_workload() -> None:
     """The stop line the flow logs is parsed, and the strict workload has its bad records
     on one partition, the first 50-80% into it."""
