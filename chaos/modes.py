@@ -192,7 +192,8 @@ MODES: dict[str, Mode] = {
             "reset",
             recovery=False,
             layouts=("2w", "1w"),
-            settings={"KAFKA_AUTO_OFFSET_RESET": "latest"},
+            # Small batches: little read ahead of the position the deletion passes.
+            settings={"KAFKA_AUTO_OFFSET_RESET": "latest", "KAFKA_CONSUME_BATCH_SIZE": "50"},
             reset=True,
         ),
         Mode(

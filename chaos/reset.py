@@ -4,10 +4,12 @@ Under KAFKA_AUTO_OFFSET_RESET=latest, once during the run: pick the partition wi
 most left to read among those already read from, pause the flow (`PUT /pause`), wait
 until what it read is committed, have the broker delete the partition's records from the
 position up to a cut (`AdminClient.delete_records`), and resume (`PUT /resume`). The
-deleted records were never read and are gone by the broker's doing: the ground truth
-drops them (`deleted`) and the summary counts them; everything from the cut on must still
-be read, not skipped to the log end. The flow must count exactly them in
-`es_sink_offsets_deleted_unread_total` and warn.
+flow may hold a few records read past its position (its queue): those it still writes.
+From the first offset it finds gone (its warning, which must lie between the position
+and the cut) to the cut, the records were never read and are gone by the broker's doing:
+the ground truth drops them (`deleted`), so a document the flow wrote from them is extra
+or wrong and one it skipped past the cut is lost; the flow must count exactly them in
+`es_sink_offsets_deleted_unread_total`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from chaos.flow import Flow
 from chaos.monitor import Monitor
 
 CUT_MAX = 300
-"""At most this many offsets are deleted past the position."""
+"""At most this many offsets are deleted past what the flow may hold already read."""
+QUEUED_MAX = 3 * 50
+"""What the flow may have read past its status `position` (its queue: two batches of the
+mode's KAFKA_CONSUME_BATCH_SIZE=50, and one more being read): records it still writes."""
 WAIT_S = 20.0
 
 
@@ -37,10 +42,14 @@ class Reset:
     bootstrap: str
     topic: str
     deleted: Callable[[int, int, int], None]
-    """(partition, position, cut): the records in [position, cut) are gone."""
+    """(partition, first, cut): the records in [first, cut) are gone."""
     done: bool = False
     partition: int = -1
     position: int = -1
+    """The flow's status `position` when paused (the next record it would emit)."""
+    first: int = -1
+    """The first offset the flow found gone (its warning), at or past `position`: what
+    lies between was read before the deletion and must still be written."""
     cut: int = -1
     metric: int = -1
     """es_sink_offsets_deleted_unread_total of the partition after the resume (-1: unread)."""
@@ -48,15 +57,21 @@ class Reset:
 
     @property
     def unread(self) -> int:
-        return max(self.cut - self.position, 0)
+        return max(self.cut - self.first, 0) if self.first >= 0 else 0
+
+    @property
+    def consistent(self) -> bool:
+        """The flow's first gone offset lies between its position and the cut."""
+        return self.position <= self.first < self.cut
 
     def due(self, kills: int) -> bool:
         return not self.done and kills >= self.at_kill
 
     def describe(self) -> str:
         return (
-            f"deleted offsets {self.position}..{self.cut - 1} of partition {self.partition} "
-            f"while paused; the flow counted {self.metric}, warned: {self.warned}"
+            f"deleted offsets up to {self.cut - 1} of partition {self.partition} while paused "
+            f"at {self.position}; the flow found {self.first} on gone and counted "
+            f"{self.metric}"
         )
 
     def run(self, flow: Flow, monitor: Monitor, check_time: Callable[[], None]) -> bool:
@@ -86,9 +101,8 @@ class Reset:
             return False
         end = int(pick["end"])
         self.partition, self.position = p, position
-        self.cut = position + max(1, min(CUT_MAX, (end - position) // 2))
+        self.cut = position + max(1, min(QUEUED_MAX + CUT_MAX, (end - position) * 3 // 4))
         _delete_records(self.bootstrap, self.topic, p, self.cut)
-        self.deleted(p, position, self.cut)
         api.put("/resume")
         self.done = True
         label = re.compile(
@@ -102,8 +116,11 @@ class Reset:
                 self.metric = int(float(found.group(1)))
                 break
             time.sleep(0.3)
-        gone = rf"source {re.escape(self.topic)}/{p}: offset \d+ .*is gone: the broker deleted"
-        self.warned = re.search(gone.encode(), flow.text()) is not None
+        gone = rf"source {re.escape(self.topic)}/{p}: offset (\d+) .*is gone: the broker deleted"
+        found_gone = re.search(gone.encode(), flow.text())
+        self.warned = found_gone is not None
+        self.first = int(found_gone.group(1)) if found_gone is not None else self.cut
+        self.deleted(p, self.first, self.cut)
         return not flow.any_exited()
 
 
