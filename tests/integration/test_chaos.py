@@ -1,7 +1,7 @@
 """`scripts/chaos` in short form against the suite's broker and node: real flow processes,
 real SIGKILLs and SIGTERMs during Elasticsearch outages, and an audit that nothing was lost,
 changed or invented, and that every bad record reached the dead-letter topic. One short run
-per mode (~45 s each on 2 cores): `recovery` rescales 1w,3w,2p,1w,9w,1w over one recovery
+per mode (~45-90 s each on 2 cores): `recovery` rescales 1w,3w,2p,1w,9w,1w over one recovery
 store, `offsets` deletes by tombstone with ES_ROUTING=key on 3 shards, `grow` adds partitions
 while the flow runs, `late` delivers bulks held past timeouts and kills (VERSION=none),
 `update` and `script` (WRITE_METHOD=update, and a counting Painless script on OpenSearch)
