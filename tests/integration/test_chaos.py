@@ -1,15 +1,17 @@
-"""`scripts/chaos` in short form against the suite's broker and node: real flow processes,
-real SIGKILLs and SIGTERMs during Elasticsearch outages, and an audit that nothing was lost,
+"""`scripts/chaos` in short form against the suite's broker and node: real flow processes, real
+SIGKILLs and SIGTERMs during Elasticsearch outages, and an audit that nothing was lost,
 changed or invented, and that every bad record reached the dead-letter topic. One short run
 per mode (~45-90 s each on 2 cores): `recovery` rescales 1w,3w,2p,1w,9w,1w over one recovery
-store, `offsets` deletes by tombstone with ES_ROUTING=key on 3 shards, `grow` adds partitions
-while the flow runs, `late` delivers bulks held past timeouts and kills (VERSION=none),
-`update` and `script` (WRITE_METHOD=update, and a counting Painless script on OpenSearch)
-delete by tombstone while some items are answered 429, `strict` stops on the earliest bad
-record (ERRORS_TOLERANCE=none); all read a topic written partly in transactions, committed
-and aborted. `script` runs against ES_SINK_TEST_OPENSEARCH (an OpenSearch node with
-Painless, scripts/stack ES_DISTRIBUTION=opensearch) and is skipped without it. `scripts/chaos`
-with no arguments is the full run (200,000 records, 20+ interruptions per mode)."""
+store, `offsets` deletes by tombstone with ES_ROUTING=key on 3 shards, `grow` adds
+partitions while the flow runs, `late` delivers bulks held past timeouts and kills
+(VERSION=none), `update` and `script` (WRITE_METHOD=update, and a counting Painless script
+on OpenSearch) delete by tombstone while some items are answered 429, `reset` has the broker
+delete a paused partition's unread records under KAFKA_AUTO_OFFSET_RESET=latest, `strict`
+stops on the earliest bad record (ERRORS_TOLERANCE=none); all read a topic written partly in
+transactions, committed and aborted. `script` runs against ES_SINK_TEST_OPENSEARCH (an
+OpenSearch node with Painless, scripts/stack ES_DISTRIBUTION=opensearch) and is skipped
+without it. `scripts/chaos` with no arguments is the full run (200,000 records, 20+
+interruptions per mode)."""
 
 from __future__ import annotations
 
