@@ -37,9 +37,6 @@ class AuditResult:
     dlq_expected: int = 0
     dlq_found: int = 0
     dlq_duplicates: int = 0
-    dlq_moot: int = 0
-    """Bad records without a dead letter that a later write of their document may have
-    made moot in the same request (`Truth.moot`): allowed."""
     dlq_good: int = 0
     """Dead letters whose coordinates are a good record (must be 0)."""
     dlq_unknown: int = 0
@@ -60,7 +57,7 @@ class AuditResult:
     def ok(self) -> bool:
         return (
             self.lost == self.wrong == self.extra == self.undeleted == self.aborted_seen == 0
-            and self.dlq_found + self.dlq_moot >= self.dlq_expected
+            and self.dlq_found >= self.dlq_expected
             and self.dlq_good == self.dlq_unknown == self.dlq_mismatch == 0
             and self.commit_mismatch == 0
         )
@@ -237,8 +234,7 @@ def _audit_dead_letters(
     result.dlq_duplicates = sum(per_coords.values()) - len(per_coords)
     if expect.strict:
         return
-    missing = [c for c in truth.bad if c not in per_coords and c not in truth.moot]
-    result.dlq_moot = sum(c not in per_coords and c in truth.moot for c in truth.bad)
+    missing = [c for c in truth.bad if c not in per_coords]
     for coords in sorted(missing)[:MAX_DETAILS]:
         rec = recs[truth.bad[coords]]
         result.note(f"missing dead letter {coords} ({rec.kind}, stage {rec.stage})")

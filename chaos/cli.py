@@ -177,7 +177,7 @@ def summary(mode: str, r: ModeResult, seed: int, rate: float, seconds: float) ->
         f"mode={mode} kills={stats.kills} records={r.records} lost={result.lost} "
         f"wrong={result.wrong} extra={result.extra} undeleted={result.undeleted} "
         f"aborted_seen={result.aborted_seen} dlq_expected={result.dlq_expected} "
-        f"dlq_found={result.dlq_found} dlq_moot={result.dlq_moot} "
+        f"dlq_found={result.dlq_found} "
         f"dlq_duplicates={result.dlq_duplicates} "
         f"dlq_good={result.dlq_good} dlq_unknown={result.dlq_unknown} "
         f"dlq_mismatch={result.dlq_mismatch} commit_mismatch={result.commit_mismatch} "

@@ -149,7 +149,7 @@ class Invariants:
                 if rec.offset >= upto:
                     break
                 coords = (p, rec.offset)
-                if rec.bad and coords not in durable.dead and coords not in truth.moot:
+                if rec.bad and coords not in durable.dead:
                     missing += 1
                     self.found.note(
                         f"{what}: partition {p} at {upto}, but bad record {rec.offset} "

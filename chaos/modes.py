@@ -101,17 +101,6 @@ class Mode:
     reset: bool = False
     """A paused partition's unread records deleted by the broker (`chaos.reset`)."""
 
-    @property
-    def superseding(self) -> frozenset[str]:
-        """The sink's operations that make an earlier failed write of their document moot
-        (`chaos.truth.Truth.moot`): none under external versions; deletes only where the
-        records are updates or scripts."""
-        if self.versioned:
-            return frozenset()
-        if "WRITE_METHOD" in self.settings:
-            return frozenset({"delete"})
-        return frozenset({"index", "delete"})
-
 
 MODES: dict[str, Mode] = {
     m.name: m

@@ -146,9 +146,7 @@ def run_mode(
                 low, high = gone.get(r.partition, (0, 0))
                 return low <= r.offset < high
 
-            return truths.build(
-                topic, recs, deletes=mode.deletes, superseding=mode.superseding, gone=deleted
-            )
+            return truths.build(topic, recs, deletes=mode.deletes, gone=deleted)
 
         truth = rebuild()
         finals = [truth.allowed(d, truths.INFINITY, truths.INFINITY) for d in truth.ops]

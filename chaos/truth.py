@@ -55,11 +55,6 @@ class Truth:
     """(partition, offset) of every record that must not be dead-lettered"""
     first_bad: dict[int, int] = field(default_factory=dict)
     """partition -> offset of its earliest bad record"""
-    moot: set[tuple[int, int]] = field(default_factory=set)
-    """(partition, offset) of bad records Elasticsearch refuses whose document a later
-    good op supersedes: the sink drops such a refusal without a dead letter when that op
-    is in the same request (README: a failed item a later `index` or `delete` of the
-    request wrote is done), which the audit cannot see, so their dead letter is optional."""
 
     def doc_id(self, rec: Rec) -> str:
         if rec.key is None:
@@ -99,16 +94,11 @@ def build(
     recs: list[Rec],
     *,
     deletes: bool,
-    superseding: frozenset[str] = frozenset(),
     gone: Callable[[Rec], bool] = lambda r: False,
 ) -> Truth:
     """Index `recs` (offsets filled in); raises GroundTruthError if a key spans partitions.
-    `gone`: records the broker deleted before anyone read them, as if never produced.
-
-    `superseding`: the sink's operations that make an earlier failed write of their
-    document moot (`index`, `delete`; none under external versions), for `Truth.moot`."""
+    `gone`: records the broker deleted before anyone read them, as if never produced."""
     truth = Truth(topic, recs, deletes)
-    refused: dict[str, list[int]] = {}  # document id -> its bad records of stage index
     owner: dict[bytes, int] = {}
     for i in sorted(range(len(recs)), key=lambda j: (recs[j].partition, recs[j].offset)):
         r = recs[i]
@@ -123,8 +113,6 @@ def build(
         if r.bad:
             truth.bad[coords] = i
             truth.first_bad.setdefault(r.partition, r.offset)
-            if r.stage == "index" and r.key:
-                refused.setdefault(r.key.decode(errors="replace"), []).append(i)
             continue
         truth.good.add(coords)
         if r.value is None and (not deletes or r.key is None):
@@ -133,8 +121,4 @@ def build(
         if doc_id not in truth.ops:
             truth.ids_by_partition.setdefault(r.partition, []).append(doc_id)
         truth.ops.setdefault(doc_id, []).append(i)
-        op = "index" if r.value is not None else "delete"
-        if op in superseding:
-            for j in refused.pop(doc_id, ()):
-                truth.moot.add((recs[j].partition, recs[j].offset))
     return truth

@@ -79,7 +79,7 @@ def test_chaos_interruptions_lose_nothing(services: Services, mode: str, tmp_pat
         assert counts["stops"] >= 2, report
         assert counts["stop_wrong"] == counts["stop_lost"] == counts["past_bad"] == 0, report
     else:
-        assert counts["dlq_found"] + counts["dlq_moot"] >= counts["dlq_expected"] > 0, report
+        assert counts["dlq_found"] >= counts["dlq_expected"] > 0, report
         assert counts["outages"] == 2, report
         assert counts["outage_hung"] == counts["outage_exit0"] == 0, report
     if mode == "recovery":  # 1w,3w,2p,1w,9w and 1w again, over one recovery store
@@ -136,10 +136,10 @@ def test_ground_truth_and_offset_checks_catch_losses() -> None:
         inv.close()
 
 
-def test_truth_moot_refusals_script_counts_and_deleted_records() -> None:
-    """Negative control (no services): a refusal is moot only before a superseding write of
-    its document; a counting script's expected count restarts at a delete; records the
-    broker deleted unread leave the truth."""
+def test_truth_script_counts_and_deleted_records() -> None:
+    """Negative control (no services): every refused record is a bad one whose dead letter is
+    due; a counting script's expected count restarts at a delete; records the broker deleted
+    unread leave the truth."""
     from chaos.truth import build
     from chaos.workload import Rec
 
@@ -151,11 +151,8 @@ def test_truth_moot_refusals_script_counts_and_deleted_records() -> None:
         Rec("good", b"a", b'{"seq":4}', None, 0, 4),
         Rec("mapping-date", b"a", b'{"ts":"x"}', "index", 0, 5),
     ]
-    assert build("t", recs, deletes=True).moot == set()  # external versions: none moot
-    indexed = build("t", recs, deletes=True, superseding=frozenset({"index", "delete"}))
-    assert indexed.moot == {(0, 1)}  # (0, 5) has no later write: its dead letter is due
-    updates = build("t", recs, deletes=True, superseding=frozenset({"delete"}))
-    assert updates.moot == {(0, 1)}  # the tombstone at 3 supersedes it
+    updates = build("t", recs, deletes=True)
+    assert updates.bad == {(0, 1): 1, (0, 5): 5}
     assert [updates.writes("a", i) for i in (0, 2, 4)] == [1, 2, 1]
     gone = build("t", recs, deletes=True, gone=lambda r: 1 <= r.offset < 4)
     assert gone.ops == {"a": [0, 4]} and gone.bad == {(0, 5): 5}
