@@ -51,7 +51,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaException, Message, Topic
 from flows import shutdown
 from flows.config import Settings
 from flows.errors import ConfigError
-from flows.fencing import CHECK_TIMEOUT_S, metadata_fields
+from flows.fencing import CHECK_TIMEOUT_S, metadata_fields, unread
 from flows.recovery_store import SOURCE_KEY, stored_keys
 from flows.runtime import restart_argv
 from flows.topics import committed, find_topics
@@ -291,7 +291,8 @@ def earliest_reason(
     ]
     if not others:
         return None
-    done = [tp for tp in committed(consumer, others) if tp.offset >= 0]
+    # An owner's announcement at its start offset (`fencing.unread`) is no sign of a read.
+    done = [tp for tp in committed(consumer, others) if tp.offset >= 0 and not unread(tp.metadata)]
     group = settings.group_id
     if any(tp.topic == topic for tp in done):
         return f"new partition: group {group} has committed offsets for other partitions of {topic}"

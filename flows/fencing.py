@@ -102,6 +102,17 @@ def metadata_fields(metadata: str | None) -> dict[str, str]:
     return dict(word.partition("=")[::2] for word in words[1:])
 
 
+UNREAD = "unread"
+"""Marks an owner's announcement on a partition the group never committed: the offset is
+where the owner starts, not what it read (`unread`)."""
+
+
+def unread(metadata: str | None) -> bool:
+    """The commit is an announcement before any read: under KAFKA_AUTO_OFFSET_RESET=latest
+    it says nothing about when the group began (`discovery.earliest_reason`)."""
+    return UNREAD in metadata_fields(metadata)
+
+
 MAX_LEASE_S = 86_400.0
 """A lease longer than a day is not one this flow advertised (2 epochs + a request
 timeout): metadata carrying it names no owner."""
@@ -264,10 +275,10 @@ class PartitionFence:
         """The partition's fence, None with FENCING=false."""
         return cls(settings, topic, partition, committed) if settings.fencing else None
 
-    def metadata(self, base: str, *, released: bool = False) -> str:
-        """`base` (discovery's partition count) plus this owner's fields."""
+    def metadata(self, base: str, *, released: bool = False, unread: bool = False) -> str:
+        """`base` (discovery's partition count) plus this owner's fields (and `UNREAD`)."""
         owner = replace(self.owner, released=released)
-        return f"{base or _PREFIX} {owner.words()}"
+        return f"{base or _PREFIX} {owner.words()}" + (f" {UNREAD}" if unread else "")
 
     def announced(self) -> None:
         """The announcement was committed: start the wait, if the previous owner needs one."""

@@ -431,15 +431,21 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         successor restarted after a crash knows whose bulks may still run."""
         if self._fence is None:
             return
-        self._commit(self._committed if self._committed is not None else self._next, final=True)
+        if self._committed is not None:
+            self._commit(self._committed, final=True)
+        else:
+            self._commit(self._next, final=True, unread=True)
         self._fence.announced()
 
-    def _commit(self, offset: int, final: bool, release: bool = False) -> None:
+    def _commit(
+        self, offset: int, final: bool, release: bool = False, unread: bool = False
+    ) -> None:
         """Commit `offset`; `_committed` moves only when Kafka confirms (`_on_commit`), so a
-        failed commit is queued again by the next snapshot. `release`: the last commit."""
+        failed commit is queued again by the next snapshot. `release`: the last commit;
+        `unread`: the announcement of a partition the group never committed."""
         meta = self._commit_metadata
         if self._fence is not None:
-            meta = self._fence.metadata(meta, released=release)
+            meta = self._fence.metadata(meta, released=release, unread=unread)
         tp = TopicPartition(self._topic, self._partition, offset, meta)
         self._pending = None
         if final:

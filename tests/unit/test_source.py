@@ -423,3 +423,27 @@ def test_a_stop_while_a_new_partition_waits_commits_nothing(grown):
     with pytest.raises(StopIteration):
         grown.next_batch()
     assert grown._consumer.broker_committed is None
+
+
+def test_a_new_group_under_latest_starts_every_partition_at_its_end(
+    monkeypatch: pytest.MonkeyPatch, make: Any
+) -> None:
+    """The first partition built announces its owner at its start offset; that commit is
+    marked unread, so the next partition built does not take it for the group's history
+    and start at its earliest offset."""
+    from flows import discovery, source
+
+    own_consumer(monkeypatch, GrownConsumer)
+    monkeypatch.setattr(discovery, "Consumer", GrownConsumer)
+    monkeypatch.setattr(source, "find_topics", lambda settings: {"t": [0, 1]})
+    monkeypatch.setattr(GrownConsumer, "group", {})  # a new group: nothing committed
+    monkeypatch.setattr(GrownConsumer, "ends", {0: 100, 1: 100})
+    settings = Settings.load(
+        {**SETTINGS, "KAFKA_METADATA_REFRESH_S": "0", "KAFKA_AUTO_OFFSET_RESET": "latest"}
+    )
+    flow = source.KafkaSource(settings)
+    flow.list_parts()
+    first = flow.build_part("kafka_in", "t/0", None)
+    second = flow.build_part("kafka_in", "t/1", None)
+    assert (first._next, second._next) == (100, 100)
+    assert GrownConsumer.group[0][0] == 100 and GrownConsumer.group[0][1].endswith(" unread")
