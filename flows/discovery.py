@@ -372,14 +372,29 @@ def _check_offsets(consumer: Consumer, group: str, found: Partitions) -> None:
             raise above_log_end(tp.topic, tp.partition, tp.offset, origin, high)
 
 
+_REUSED_OFFSETS = (
+    "would lose to the versions already indexed: use VERSION=none or VERSION=header:<name>, "
+    "or a new group and recovery directory"
+)
+
+
 def above_log_end(topic: str, partition: int, offset: int, origin: str, high: int) -> ConfigError:
     """VERSION=offset and a start offset above the log end: the topic was recreated or
     truncated, so its new offsets are lower than the versions already indexed."""
     return ConfigError(
         f"VERSION: topic {topic} partition {partition}: the {origin} {offset} is above the "
-        f"log end {high} (the topic was recreated or truncated?); its new offsets would lose "
-        f"to the versions already indexed: use VERSION=none or VERSION=header:<name>, or a "
-        f"new group and recovery directory"
+        f"log end {high} (the topic was recreated or truncated?); its new offsets "
+        f"{_REUSED_OFFSETS}"
+    )
+
+
+def cut_back(topic: str, partition: int, offset: int) -> ConfigError:
+    """VERSION=offset and a log cut back below the read position (an unclean leader
+    election): the offsets below it may hold new records, lower than the versions indexed."""
+    return ConfigError(
+        f"VERSION: topic {topic} partition {partition}: the log was cut back below the read "
+        f"position {offset} (an unclean leader election?); the new records at its offsets "
+        f"{_REUSED_OFFSETS}"
     )
 
 

@@ -213,6 +213,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._emitted = self._next
         halt.start(topic, partition, self._next)
         self._out_of_log: int | None = None  # the broker's position that left the log
+        self._cut = False  # ... because the log was cut back below it (`_in_log`)
         self._paused = False  # PUT /pause reached this partition (flows.control)
         self._stalled = False  # not fetched (`_stall`)
         self.last_error: tuple[float, str] | None = None
@@ -374,11 +375,23 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         if position > self._next:
             self._next = position
 
-    def _in_log(self, offset: int, origin: str, low: int, high: int) -> int:
+    def _in_log(self, offset: int, origin: str, low: int, high: int, cut: bool = False) -> int:
         """Where to read from, for `offset` (`origin` says whence it came) and a log that
         holds offsets `low` to `high`: at start and when the position leaves the log while
-        running (`_back_in_log`)."""
+        running (`_back_in_log`). `cut`: librdkafka found the log cut back below `offset`
+        without saying where it diverged (an unclean leader election), so the offsets
+        below it may hold new records: read as a position above the log end is."""
         topic, partition = self._key
+        if cut:
+            if self._version_offset:
+                raise discovery.cut_back(topic, partition, offset)
+            logger.warning(
+                "source %s/%d: the log was cut back below offset %d (%s; an unclean leader "
+                "election?) and where it diverged is unknown; reading it from its earliest "
+                "offset %d",
+                topic, partition, offset, origin, low,
+            )  # fmt: skip
+            return low
         if offset > high:
             # The topic was recreated or truncated: its offsets began again, and what it
             # holds now is new. Reading from `offset` would skip it (or, under
@@ -417,7 +430,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         except KafkaException as e:  # the broker away: ask again on the next read
             self.last_error = (time.time(), f"offset out of range, log start and end: {e}")
             return False
-        offset = self._in_log(self._out_of_log, "read position", low, high)
+        offset = self._in_log(self._out_of_log, "read position", low, high, self._cut)
+        self._cut = False
         self._shared.move(TopicPartition(*key, offset))
         self._out_of_log = None
         self._next = self._emitted = offset
@@ -500,8 +514,9 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             return True
         self.last_error = (time.time(), str(err))
         if err.code() == KafkaError._AUTO_OFFSET_RESET:  # see `_back_in_log`
-            offset = msg.offset()
-            self._out_of_log = offset if offset is not None and offset >= 0 else self._next
+            offset = msg.offset()  # None: a log cut back, where it diverged unknown
+            self._cut = offset is None or offset < 0
+            self._out_of_log = self._next if self._cut else offset
             logger.warning("source %s/%d: %s", self._topic, self._partition, err)
             return False
         if err.code() == KafkaError._PARTITION_EOF or err.retriable():

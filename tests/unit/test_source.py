@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaError, Message, TopicPartition
 
 from flows import consumers, halt, shutdown
 from flows.config import Settings
@@ -61,7 +61,8 @@ class FakeConsumer:
         self.answers.clear()
         out, self.messages = self.messages[:n], self.messages[n:]
         if out:
-            self.position_offset = out[-1].offset() + 1
+            last = out[-1].offset()  # None: an error without an offset
+            self.position_offset = last + 1 if last is not None else self.position_offset
         elif self.position_offset >= 0:  # past what it never delivers (transaction markers)
             self.position_offset = self.end
         return out
@@ -344,6 +345,27 @@ def test_a_position_above_the_log_end_reads_from_its_start_or_stops_under_versio
     read(part)
     with pytest.raises(ConfigError, match="read position 3 is above the log end 2"):
         read(part)
+
+
+def test_a_log_cut_back_below_the_position_is_read_again_from_its_start(retention):
+    """librdkafka detects a log cut back below the position (an unclean leader election)
+    and reports it with no offset: where the logs diverged is unknown, and the new leader
+    may already hold new records below the position, so the partition is read from its
+    earliest offset again (or the flow stops under VERSION=offset), never on from the
+    position."""
+    from flows.errors import ConfigError
+
+    for version in ("none", "offset"):
+        part = retention(VERSION=version)
+        consumer: RetentionConsumer = part._consumer  # type: ignore[assignment]
+        assert [m.offset() for m in read(part)] == [0, 1, 2]
+        consumer.leave_log(low=0, end=6, position=OFFSET_INVALID)  # diverged at 1
+        assert read(part) == []
+        if version == "none":
+            assert [m.offset() for m in read(part)] == [0, 1, 2, 3, 4, 5]
+        else:
+            with pytest.raises(ConfigError, match="cut back"):
+                read(part)
 
 
 # ------------------------------------------- a partition added to a topic (flows.discovery)
