@@ -256,7 +256,11 @@ class PartitionFence:
         gen = self.previous.gen + 1 if self.previous is not None else 1
         self._wait_s = 0.0
         prev = self.previous
-        self._crashed_here = prev is not None and not prev.released and prev.known_stopped()
+        # Crashed on this host: its successor waits for its bulks only. Not if it was itself
+        # still waiting for an older owner, which may still run and write.
+        self._crashed_here = (
+            prev is not None and not prev.released and not prev.waiting and prev.known_stopped()
+        )
         if prev is not None and not prev.released and not self._crashed_here:
             self._wait_s = prev.lease_s if settings.fence_wait_s is None else settings.fence_wait_s
         self.owner = replace(_me(), gen=gen, lease_s=lease_s(settings), waiting=self._wait_s > 0)

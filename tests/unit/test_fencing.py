@@ -159,7 +159,7 @@ def test_a_new_group_announces_itself_at_its_start_and_waits_for_nobody(make: An
     """The first owner commits its name at the start offset before it reads: a successor
     restarted after it crashed then knows whose bulks may still run in Elasticsearch."""
     part = make()
-    assert BROKER.commits == [(0, f"es-sink {owner(part).words()}")]
+    assert BROKER.commits == [(0, f"es-sink {owner(part).words()} unread")]
     assert len(part.next_batch()) == 3  # no previous owner to wait for
     epoch(part)  # commits 3 under its name
     assert BROKER.commits[-1] == (3, f"es-sink {owner(part).words()}")
@@ -409,3 +409,18 @@ def test_a_released_partition_waits_for_no_bulk(make: Any) -> None:
     ES.listed = [tasks.opaque_id(owner(part).token, "es-0000")]  # would hold a restart
     restarted = make()
     assert not restarted._fence.waiting()  # type: ignore[union-attr]
+
+
+def test_a_restart_after_a_crash_while_waiting_waits_too(make: Any, monkeypatch: Any) -> None:
+    """A newer instance announced itself, waited for the older one, and crashed on this host;
+    its restart must wait as well: the older one may still run and write."""
+    older = make()
+    older.next_batch()
+    epoch(older)
+    newer = make(FENCE_WAIT_S="600")  # announces, waits; then crashes on this host
+    monkeypatch.setattr(
+        fencing.Owner, "known_stopped", lambda self: self.token == owner(newer).token
+    )
+    again = make(FENCE_WAIT_S="600")  # the supervisor restarts it on the same host
+    assert again._fence.waiting()
+    assert again.next_batch() == []
