@@ -248,3 +248,21 @@ class EsProxy:
         # `errors` first and no spaces: the client skips parsing `{"errors":false...`.
         data = json.dumps({"errors": errors, "items": items}, separators=(",", ":")).encode()
         return 200, [(k, v) for k, v in out_headers if k.lower() != "content-length"], data
+
+
+BUSY = {"type": "es_rejected_execution_exception", "reason": "rejected execution (test proxy)"}
+"""An item's 429, as an ingest-side per-document rejection answers it."""
+
+
+def refuse_once(
+    pick: Callable[[BulkCall], int | None], seen: dict[str, int]
+) -> Callable[[BulkCall], None]:
+    """A rule that answers 429 (`BUSY`) for the item `pick` chooses in the first bulk where
+    it chooses one, once, and forwards the rest; `seen["fault"]` is that bulk's number."""
+
+    def rule(call: BulkCall) -> None:
+        if "fault" not in seen and (i := pick(call)) is not None:
+            seen["fault"] = call.n
+            call.fake(i, 429, BUSY)
+
+    return rule

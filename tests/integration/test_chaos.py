@@ -10,8 +10,8 @@ delete a paused partition's unread records under KAFKA_AUTO_OFFSET_RESET=latest,
 stops on the earliest bad record (ERRORS_TOLERANCE=none); all read a topic written partly in
 transactions, committed and aborted. `script` runs against ES_SINK_TEST_OPENSEARCH_URL (an
 OpenSearch node with Painless, scripts/stack ES_DISTRIBUTION=opensearch; scripts/test
-names its OpenSearch 3 node) and fails without it. `scripts/chaos` with no arguments is the full run (200,000 records, 20+
-interruptions per mode)."""
+names its OpenSearch 3 node) and fails without it. `scripts/chaos` with no arguments is
+the full run (200,000 records, 20+ interruptions per mode)."""
 
 from __future__ import annotations
 

@@ -36,6 +36,28 @@ def _set_max_message_bytes(kafka: str, topic: str, value: int) -> None:
         fut.result(30)
 
 
+def _env(topic: str, dlq: str) -> dict[str, str]:
+    return {
+        "KAFKA_TOPICS": topic,
+        "KAFKA_GROUP_ID": topic,
+        "DLQ_TOPIC": dlq,
+        "ERRORS_TOLERANCE": "all",
+    }
+
+
+def _refused_run(services, env: dict[str, str], log) -> str:  # type: ignore[no-untyped-def]
+    """Run the flow until it stops on a dead letter its topic refuses; its output."""
+    proc = start_flow(services, env, log=log)
+    try:
+        status = proc.wait(90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the flow kept producing a dead letter the topic can never accept")
+    out = log.read_text()
+    assert status != 0, out[-3000:]
+    return out
+
+
 def test_dead_letter_over_the_topic_limit_stops_the_flow_until_the_limit_is_raised(
     services, es, names, tmp_path
 ):
@@ -50,21 +72,8 @@ def test_dead_letter_over_the_topic_limit_stops_the_flow_until_the_limit_is_rais
     produce(services.kafka, topic, [(b"good-1", b'{"a": 1}')])
     produce(services.kafka, topic, [(b"bad", b"{not json")])
     produce(services.kafka, topic, [(b"good-2", b'{"a": 2}')])
-    env = {
-        "KAFKA_TOPICS": topic,
-        "KAFKA_GROUP_ID": topic,
-        "DLQ_TOPIC": dlq,
-        "ERRORS_TOLERANCE": "all",
-    }
-    log = tmp_path / "flow.log"
-    proc = start_flow(services, env, log=log)
-    try:
-        status = proc.wait(90)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("the flow kept retrying a dead letter the topic can never accept")
-    out = log.read_text()
-    assert status != 0, out[-3000:]
+    env, log = _env(topic, dlq), tmp_path / "flow.log"
+    out = _refused_run(services, env, log)
     assert f"DLQ_TOPIC: topic {dlq} refused the dead letter of {topic}/0@1 (" in out
     assert "max.message.bytes (1): raise max.message.bytes on the topic" in out
     # The bad record is offset 1: a commit of at most 1 has not passed it.
@@ -94,21 +103,7 @@ def test_dead_letter_a_compacted_topic_refuses_stops_the_flow_naming_the_reason(
     create_topic(services.kafka, topic)
     create_topic(services.kafka, dlq, config={"cleanup.policy": "compact"})
     produce(services.kafka, topic, [(b"good-1", b'{"a": 1}'), (None, b"{bad"), (b"good-2", b"{}")])
-    env = {
-        "KAFKA_TOPICS": topic,
-        "KAFKA_GROUP_ID": topic,
-        "DLQ_TOPIC": dlq,
-        "ERRORS_TOLERANCE": "all",
-    }
-    log = tmp_path / "flow.log"
-    proc = start_flow(services, env, log=log)
-    try:
-        status = proc.wait(90)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("the flow kept producing a dead letter the topic can never accept")
-    out = log.read_text()
-    assert status != 0, out[-3000:]
+    out = _refused_run(services, _env(topic, dlq), tmp_path / "flow.log")
     assert f"DLQ_TOPIC: topic {dlq} refused the dead letter of {topic}/0@1 for good: " in out
     assert "(INVALID_RECORD; a compacted topic refuses a record without a key)" in out
     assert committed_offsets(services.kafka, topic, topic)[0] <= 1, "committed past it"

@@ -28,7 +28,7 @@ from tests.conftest import (
     run_cli,
     run_flow,
 )
-from tests.es_proxy import BulkCall, EsProxy
+from tests.es_proxy import BulkCall, EsProxy, refuse_once
 from tests.integration.updates_support import racing
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat("opensearch")]
@@ -166,7 +166,6 @@ def test_a_concurrent_writer_s_increments_are_all_counted(services, es, names):
     assert _source(es, topic, "c") == {"n": n + 1000 * len(done)}
 
 
-BUSY = {"type": "es_rejected_execution_exception", "reason": "rejected execution (test proxy)"}
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
@@ -190,13 +189,11 @@ def test_a_retried_script_runs_once(services, es, names):
     produce(services.kafka, topic, [(b"x", b'{"n": 1}'), (b"x", b'{"n": 1}')])
     seen: dict[str, int] = {}
 
-    def rule(call: BulkCall) -> None:
-        if "fault" not in seen and "x" in call.ids():
-            seen["fault"] = call.n
-            call.fake(call.ids().index("x"), 429, BUSY)
+    def first_x(call: BulkCall) -> int | None:
+        return call.ids().index("x") if "x" in call.ids() else None
 
     with EsProxy(services.es_url) as proxy:
-        proxy.rule = rule
+        proxy.rule = refuse_once(first_x, seen)
         run = run_flow(services, {**env, "ES_HOSTS": proxy.url})
         requests = [c.ids() for c in proxy.bulks]
     assert run.returncode == 0, run.output

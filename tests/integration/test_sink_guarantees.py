@@ -30,11 +30,9 @@ from tests.conftest import (
     start_flow,
     wait_for,
 )
-from tests.es_proxy import BulkCall, EsProxy
+from tests.es_proxy import BUSY, BulkCall, EsProxy, refuse_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
-
-BUSY = {"type": "es_rejected_execution_exception", "reason": "rejected execution (test proxy)"}
 
 
 def _run(services: Any, env: dict[str, str], timeout: float = 150) -> Any:
@@ -109,15 +107,8 @@ def test_a_rejection_before_a_413_split_reaches_the_dead_letter_topic(services, 
 
 
 def _first_pair_fails(seen: dict[str, int]) -> Any:
-    """On the first bulk holding two actions for x: drop the first (answer 429 for it, as
-    an ingest-side per-document rejection does) and forward the rest."""
-
-    def rule(call: BulkCall) -> None:
-        if "fault" not in seen and call.ids()[:2] == ["x", "x"]:
-            seen["fault"] = call.n
-            call.fake(0, 429, BUSY)
-
-    return rule
+    """On the first bulk holding two actions for x: answer 429 for the first."""
+    return refuse_once(lambda call: 0 if call.ids()[:2] == ["x", "x"] else None, seen)
 
 
 def test_a_retried_write_is_not_applied_over_a_later_one(services, es, names):

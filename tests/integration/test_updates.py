@@ -19,7 +19,7 @@ from tests.conftest import (
     run_flow,
     search_all,
 )
-from tests.es_proxy import BulkCall, EsProxy
+from tests.es_proxy import EsProxy, refuse_once
 from tests.integration.updates_support import racing
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat("opensearch")]
@@ -112,9 +112,6 @@ def test_a_concurrent_writer_is_retried_on_conflict_not_dead_lettered(services, 
     assert search_all(es, topic) == {"hot": {"flow": n - 1, "racer": racer_writes[-1]}}
 
 
-BUSY = {"type": "es_rejected_execution_exception", "reason": "rejected execution (test proxy)"}
-
-
 def _updated_then_deleted(services: Any, es: Any, names: Any, prefix: str) -> dict[str, str]:
     """x exists; an update of x, then its tombstone. The flow's settings (the defaults
     otherwise: ERRORS_TOLERANCE=none, ON_MISSING_DOCUMENT as they make it)."""
@@ -138,13 +135,8 @@ def test_an_update_retried_after_its_document_s_delete_is_done(services, es, nam
     topic = env["KAFKA_TOPICS"]
     seen: dict[str, int] = {}
 
-    def rule(call: BulkCall) -> None:
-        if "fault" not in seen and call.ids() == ["x", "x"]:
-            seen["fault"] = call.n
-            call.fake(0, 429, BUSY)
-
     with EsProxy(services.es_url) as proxy:
-        proxy.rule = rule
+        proxy.rule = refuse_once(lambda call: 0 if call.ids() == ["x", "x"] else None, seen)
         run = run_flow(services, {**env, "ES_HOSTS": proxy.url})
         requests = [c.ids() for c in proxy.bulks]
     assert run.returncode == 0, run.output
