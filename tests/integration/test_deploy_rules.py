@@ -17,7 +17,8 @@ import yaml
 from tests import deploy_support as deploy
 
 SCRIPT = deploy.ROOT / "scripts" / "promtool"
-pytestmark = pytest.mark.system
+# One worker runs them all: their module fixture starts a stack (or builds a tool) once.
+pytestmark = [pytest.mark.system, pytest.mark.xdist_group("deploy_rules")]
 
 
 @pytest.fixture(scope="module")
