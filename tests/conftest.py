@@ -93,6 +93,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if other_kind:
         config.hook.pytest_deselected(items=other_kind)
         items[:] = [i for i in items if i not in other_kind]
+    # The longest tests start first: a tier on several workers then ends with short ones.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.hookimpl(hookwrapper=True)

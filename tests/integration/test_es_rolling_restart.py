@@ -44,7 +44,7 @@ from tests.conftest import (
     wait_for,
 )
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.long]
 
 BASE_PORT = int(os.environ.get("ES_SINK_TEST_ROLLING_ES_PORT", "19270"))
 """HTTP ports BASE_PORT, +1 (data nodes), +2 (master-only); transport ports 100 above."""

@@ -23,7 +23,7 @@ from chaos.soak import Plan, Soak
 from chaos.soak_report import passed, report, summary, write
 from tests.conftest import Services
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.long]
 
 PORT = int(os.environ.get("ES_SINK_TEST_SOAK_ES_PORT", "19280"))
 STACK_DIR = Path(os.environ.get("ES_SINK_TEST_STACK_DIR", "/var/tmp/es-sink-test") + "-soak")
