@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from chaos.flow import Flow
 from chaos.proxy import CUT_MODES, Proxy
@@ -31,7 +32,8 @@ class OutageStats:
     """Processes still running past the limit after SIGTERM (must be 0)."""
     exit0: int = 0
     """Processes that exited 0 after SIGTERM in an outage: nothing could be flushed, so
-    status 0 would claim a clean stop that did not happen (must be 0)."""
+    status 0 would claim a clean stop that did not happen (must be 0). Not counted: one
+    that wrote nothing in its run (still waiting to own its partitions)."""
     max_s: float = 0.0
     """Longest exit after one SIGTERM."""
     term2_max_s: float = 0.0
@@ -82,7 +84,8 @@ def sigterm_during_outage(
     stats.hung += late
     was_idle = idle()
     if not was_idle:
-        stats.exit0 += sum(c == 0 for c in codes)
+        stopped = zip(codes, flow.logs, strict=True)
+        stats.exit0 += sum(c == 0 and not _wrote_nothing(log) for c, log in stopped)
     if twice:
         stats.term2_max_s = max(stats.term2_max_s, took)
     else:
@@ -92,3 +95,11 @@ def sigterm_during_outage(
         f"{cut} SIGTERM{' x2' if twice else ''}{' (idle)' if was_idle else ''}: {ended} after "
         f"{took:.1f}s (limit {limit:.0f}s), exit codes {codes}"
     )
+
+
+def _wrote_nothing(log: Path) -> bool:
+    """The process's stop line says it indexed and dead-lettered nothing: it was still
+    waiting to own its partitions (for a dead owner's bulks, which Elasticsearch cut away
+    cannot list), so it had nothing to flush and its exit 0 is a clean stop."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return "stopped (signal): indexed 0 documents, dead-lettered 0 records" in text
