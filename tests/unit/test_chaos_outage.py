@@ -4,6 +4,8 @@ processes, no network): what it counts as a false clean exit."""
 from __future__ import annotations
 
 import random
+import tempfile
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -15,10 +17,11 @@ from chaos.outage import OutageStats, sigterm_during_outage
 class _Flow:
     """Exits with `code` on the first SIGTERM; records what the harness did, in order."""
 
-    def __init__(self, code: int, events: list[str]) -> None:
+    def __init__(self, code: int, events: list[str], log: Path) -> None:
         self.code: int | None = None
         self._exit_code = code
         self.events = events
+        self.logs = [log]
 
     def terminate(self) -> None:
         self.events.append("terminate")
@@ -52,14 +55,21 @@ def _no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _run(
-    code: int, idle: Any, twice: bool = False, events: list[str] | None = None
+    code: int,
+    idle: Any,
+    twice: bool = False,
+    events: list[str] | None = None,
+    log_text: str = "",
 ) -> tuple[OutageStats, list[str], str]:
     events = [] if events is None else events
     stats = OutageStats()
-    detail = sigterm_during_outage(
-        cast(Any, _Flow(code, events)), cast(Any, _Proxy(events)), random.Random(1),
-        twice=twice, shutdown_timeout_s=5, stats=stats, idle=idle,
-    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "flow-p0.log"
+        log.write_text(log_text)
+        detail = sigterm_during_outage(
+            cast(Any, _Flow(code, events, log)), cast(Any, _Proxy(events)), random.Random(1),
+            twice=twice, shutdown_timeout_s=5, stats=stats, idle=idle,
+        )  # fmt: skip
     return stats, events, detail
 
 
@@ -67,6 +77,17 @@ def _run(
 def test_exit_0_with_records_uncommitted_at_exit_is_counted(twice: bool) -> None:
     stats, _, _ = _run(0, lambda: False, twice)
     assert (stats.outages, stats.exit0, stats.hung) == (1, 1, 0)
+
+
+def test_exit_0_of_a_process_that_wrote_nothing_is_not_counted() -> None:
+    """Still waiting to own its partitions (a dead owner's bulks, which the cut hides), it
+    read nothing and had nothing to flush: its exit 0 is a clean stop."""
+    line = "INFO flows.lifecycle: stopped (signal): indexed 0 documents, dead-lettered 0 records"
+    stats, _, _ = _run(0, lambda: False, log_text=f"{line}; committed t/0@5; exit status 0\n")
+    assert (stats.outages, stats.exit0) == (1, 0)
+    line = line.replace("indexed 0", "indexed 3")
+    stats, _, _ = _run(0, lambda: False, log_text=f"{line}; committed t/0@5; exit status 0\n")
+    assert (stats.outages, stats.exit0) == (1, 1)
 
 
 def test_idleness_is_judged_once_the_flow_exited() -> None:
