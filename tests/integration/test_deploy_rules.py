@@ -17,8 +17,7 @@ import yaml
 from tests import deploy_support as deploy
 
 SCRIPT = deploy.ROOT / "scripts" / "promtool"
-# One worker runs them all: their module fixture starts a stack (or builds a tool) once.
-pytestmark = [pytest.mark.system, pytest.mark.xdist_group("deploy_rules")]
+pytestmark = pytest.mark.system
 
 
 @pytest.fixture(scope="module")

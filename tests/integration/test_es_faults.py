@@ -24,8 +24,7 @@ from tests.conftest import (
     wait_for,
 )
 
-# One worker runs them all: their module fixture starts a stack (or builds a tool) once.
-pytestmark = [pytest.mark.system, pytest.mark.long, pytest.mark.xdist_group("es_faults")]
+pytestmark = [pytest.mark.system, pytest.mark.long]
 
 FAULT_PORT = int(os.environ.get("ES_SINK_TEST_FAULT_ES_PORT", "19201"))
 OUTAGE_S = 60

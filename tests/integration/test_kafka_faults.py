@@ -30,8 +30,7 @@ from tests.conftest import (
     wait_for,
 )
 
-# One worker runs them all: their module fixture starts a stack (or builds a tool) once.
-pytestmark = [pytest.mark.system, pytest.mark.xdist_group("kafka_faults")]
+pytestmark = pytest.mark.system
 
 KAFKA_FAULT_PORT = int(os.environ.get("ES_SINK_TEST_FAULT_KAFKA_PORT", "19094"))
 STACK_DIR = os.environ.get("ES_SINK_TEST_KAFKA_FAULT_DIR", "/var/tmp/es-sink-test-kafkafault")

@@ -37,8 +37,7 @@ from tests.conftest import (
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-# One worker runs them all: their module fixture starts a stack (or builds a tool) once.
-pytestmark = [pytest.mark.system, pytest.mark.xdist_group("security")]
+pytestmark = pytest.mark.system
 
 KAFKA_PORT = int(os.environ.get("ES_SINK_TEST_SECURE_KAFKA_PORT", "19096"))  # +1, +2 too
 ES_PORT = int(os.environ.get("ES_SINK_TEST_SECURE_ES_PORT", "19250"))  # transport +100
