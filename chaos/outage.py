@@ -98,8 +98,15 @@ def sigterm_during_outage(
 
 
 def _wrote_nothing(log: Path) -> bool:
-    """The process's stop line says it indexed and dead-lettered nothing: it was still
-    waiting to own its partitions (for a dead owner's bulks, which Elasticsearch cut away
-    cannot list), so it had nothing to flush and its exit 0 is a clean stop."""
+    """The process had nothing in flight when Elasticsearch was cut away: its log shows no
+    request the sink had to retry (nothing it could not flush), or its stop line says it
+    indexed and dead-lettered nothing (still waiting to own its partitions, for a dead
+    owner's bulks or, after partitions were added, for the older partitions). Its exit 0
+    is then a clean stop, not a false success."""
     text = log.read_text(errors="replace") if log.exists() else ""
-    return "stopped (signal): indexed 0 documents, dead-lettered 0 records" in text
+    if "stopped (signal): indexed 0 documents, dead-lettered 0 records" in text:
+        return True
+    return not any(
+        "sinks.elasticsearch.partition" in line and " retrying " in line
+        for line in text.splitlines()
+    )

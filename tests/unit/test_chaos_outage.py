@@ -54,12 +54,19 @@ def _no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(outage.time, "sleep", lambda s: None)
 
 
+IN_FLIGHT = (
+    "WARNING sinks.elasticsearch.partition: sink partition es-0001: retrying 3 of 3 actions "
+    "in 0.1s (attempt 1): ConnectionError\n"
+)
+"""A flow log with a request the cut made fail: something was in flight."""
+
+
 def _run(
     code: int,
     idle: Any,
     twice: bool = False,
     events: list[str] | None = None,
-    log_text: str = "",
+    log_text: str = IN_FLIGHT,
 ) -> tuple[OutageStats, list[str], str]:
     events = [] if events is None else events
     stats = OutageStats()
@@ -79,14 +86,16 @@ def test_exit_0_with_records_uncommitted_at_exit_is_counted(twice: bool) -> None
     assert (stats.outages, stats.exit0, stats.hung) == (1, 1, 0)
 
 
-def test_exit_0_of_a_process_that_wrote_nothing_is_not_counted() -> None:
-    """Still waiting to own its partitions (a dead owner's bulks, which the cut hides), it
-    read nothing and had nothing to flush: its exit 0 is a clean stop."""
+def test_exit_0_of_a_process_with_nothing_in_flight_is_not_counted() -> None:
+    """Still waiting to own its partitions (a dead owner's bulks, which the cut hides), or
+    with no request it had to retry, it had nothing to flush: its exit 0 is a clean stop."""
     line = "INFO flows.lifecycle: stopped (signal): indexed 0 documents, dead-lettered 0 records"
     stats, _, _ = _run(0, lambda: False, log_text=f"{line}; committed t/0@5; exit status 0\n")
     assert (stats.outages, stats.exit0) == (1, 0)
     line = line.replace("indexed 0", "indexed 3")
     stats, _, _ = _run(0, lambda: False, log_text=f"{line}; committed t/0@5; exit status 0\n")
+    assert (stats.outages, stats.exit0) == (1, 0)  # nothing it had to retry: nothing in flight
+    stats, _, _ = _run(0, lambda: False, log_text=f"{IN_FLIGHT}{line}; exit status 0\n")
     assert (stats.outages, stats.exit0) == (1, 1)
 
 
