@@ -14,15 +14,16 @@ breaking, unavailable shards). A configuration error: 401/403 `security_exceptio
 `index_not_found_exception`. Rejected for good: a 403 block, other 4xx. A 413 (or a 429
 whose operation alone exceeds the node's indexing-pressure limit) splits the request.
 
-Writes to one document keep their order across retries. An item that failed for a passing
-reason (overload, a missing document) whose document a later `index` or `delete` of the same
-request wrote is moot: done, neither retried nor dead-lettered (the later write decides what
-the document holds). One refused for what it holds (a mapping error) is a dead letter all
-the same: the record itself is bad. A retried item takes the
-later items of its request that wrote the same document along, so an older write never
-lands over a newer one; that re-applies them, which is sound for every write but a script
-(a counter would count twice), so a request never holds a script after another write of
-its document (`chunks` starts the next request there).
+Writes to one document keep their order across retries. An update refused because its
+document is missing, whose document a later `index` or `delete` of the same request wrote,
+is moot: done, neither retried nor dead-lettered (the later write decides what the document
+holds). An item that failed for a transient reason (overload) is retried even then: until
+Elasticsearch has read it, nobody knows whether the record itself is bad (a mapping error),
+and a bad record must reach the dead-letter topic whatever came after it. A retried item
+takes the later items of its request that wrote the same document along, so an older write
+never lands over a newer one; that re-applies them, which is sound for every write but a
+script (a counter would count twice), so a request never holds a script after another
+write of its document (`chunks` starts the next request there).
 """
 
 from __future__ import annotations
@@ -345,13 +346,14 @@ def classify(
     if not failed:
         return DONE
     written = filterfalse(set(failed).__contains__, range(len(items)))  # answered 2xx
-    moot = _moot(pending, items, failed, rules.superseding)
+    missed = [i for i in failed if _error_type(items[i]) == "document_missing_exception"]
+    moot = _moot(pending, items, missed, rules.superseding)
     for i in failed:
         action = pending[i]
         ((op, result),) = items[i].items()
         status = result["status"]
         error = result.get("error") or {}
-        etype = error.get("type", "") if isinstance(error, dict) else str(error)
+        etype = _error_type(items[i])
         if status == 409 and op in rules.conflict_done:
             continue
         if status == 404 and op == "delete":
@@ -370,10 +372,7 @@ def classify(
         ):
             stop = _misconfigured(action, status, etype, reason)
             return Verdict(stop=stop, retried=tuple(retried.items()))
-        transient = status == 429 or status >= 500 or etype in RETRY_ERROR_TYPES
-        if i in moot and (transient or etype == "document_missing_exception"):
-            # A later index or delete of the request decided the document. A write refused
-            # for what it holds (a mapping error) is the record's own failure: a dead letter.
+        if i in moot:  # a later index or delete of the request decided the document
             continue
         if (
             (status == 429 or etype in RETRY_ERROR_TYPES)
@@ -428,12 +427,20 @@ def dead(action: Action, error_type: str, reason: str) -> DeadLetter:
     return DeadLetter(action.record, "index", f"elasticsearch.{error_type}", reason)
 
 
+def _error_type(item: Mapping[str, Any]) -> str:
+    """The `error.type` of a failed bulk item ("" without one)."""
+    ((result,),) = (item.values(),)
+    error = result.get("error") or {}
+    return str(error.get("type", "")) if isinstance(error, dict) else str(error)
+
+
 def _moot(
     pending: list[Action], items: list[Any], failed: list[int], superseding: frozenset[str]
 ) -> set[int]:
-    """The `failed` positions whose document (index, id, routing) a later `superseding`
-    operation of the request wrote (2xx, or a delete's 404): that write decides what the
-    document holds, so the failed one is done, neither retried nor dead-lettered."""
+    """The `failed` positions (updates of a missing document) whose document (index, id,
+    routing) a later `superseding` operation of the request wrote (2xx, or a delete's 404):
+    that write decides what the document holds, so the failed one is done, neither retried
+    nor dead-lettered."""
     ids = {pending[i].id for i in failed} - {None}
     if not ids or not superseding:
         return set()

@@ -124,8 +124,8 @@ def test_a_retried_write_is_not_applied_over_a_later_one(services, es, names):
     assert "fault" in seen, requests
     es.indices.refresh(index=topic)
     assert es.get(index=topic, id="x")["_source"] == {"v": 2}  # was {"v": 1}
-    # The later write decided what x holds: the failed one was done, not sent again.
-    assert all("x" not in ids for ids in requests[seen["fault"] + 1 :]), requests
+    # The failed write went again, followed by the later one it must not land over.
+    assert requests[seen["fault"] + 1] == ["x", "x"], requests
 
 
 def test_a_retried_write_does_not_resurrect_a_later_delete(services, es, names):
@@ -143,6 +143,39 @@ def test_a_retried_write_does_not_resurrect_a_later_delete(services, es, names):
     assert "fault" in seen, requests
     es.indices.refresh(index=topic)
     assert not es.exists(index=topic, id="x")  # the retried v1 used to bring it back
+
+
+def test_an_overloaded_bad_record_before_a_delete_of_its_document_is_dead_lettered(
+    services, es, names
+):
+    """The 429 hid that x's first record breaks the mapping; the delete after it in the
+    same request succeeded. Treating the 429 as done since the delete decided x dropped a
+    bad record without a dead letter, and committed past it."""
+    topic, dlq = names("f4bad"), names("f4baddlq")
+    create_topic(services.kafka, topic)
+    create_topic(services.kafka, dlq)
+    es.indices.create(index=topic, mappings={"properties": {"n": {"type": "integer"}}})
+    produce(services.kafka, topic, [(b"x", b'{"n": "bad"}'), (b"x", None)])
+    seen: dict[str, int] = {}
+    with EsProxy(services.es_url) as proxy:
+        proxy.rule = _first_pair_fails(seen)
+        env = _env(
+            topic,
+            ES_HOSTS=proxy.url,
+            BULK_LINGER_MS="1000",
+            ON_NULL_VALUE="delete",
+            ERRORS_TOLERANCE="all",
+            DLQ_TOPIC=dlq,
+        )
+        run = _run(services, env)
+        requests = [c.ids() for c in proxy.bulks]
+    assert run.returncode == 0, run.output[-3000:]
+    assert "fault" in seen, requests
+    letters = consume_all(services.kafka, dlq)
+    assert [(m.key(), m.value()) for m in letters] == [(b"x", b'{"n": "bad"}')]
+    es.indices.refresh(index=topic)
+    assert not es.exists(index=topic, id="x")
+    assert committed_offsets(services.kafka, topic, topic) == {0: 2}
 
 
 def test_a_timed_out_bulk_is_retried_only_once_elasticsearch_is_done_with_it(

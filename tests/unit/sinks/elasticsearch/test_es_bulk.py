@@ -201,41 +201,70 @@ def test_a_retried_item_takes_the_later_writes_of_its_document_along() -> None:
     assert dict(v.retried) == {"429": 1, "reorder": 1}
 
 
-def test_a_failed_item_a_later_index_or_delete_of_its_document_decided_is_done() -> None:
-    """The later write decides what the document holds: a write that failed for a passing
-    reason is neither retried (its document is not brought back or written twice) nor a
-    dead letter. One refused for what it holds is a bad record: a dead letter all the same."""
+def test_an_update_of_a_missing_document_a_later_index_or_delete_decided_is_done() -> None:
+    """The later write decides what the document holds: the update that found no document
+    is neither retried (its document is not brought back) nor a dead letter."""
     pending = [
-        action("update", "b"),  # a later delete removed the document
-        action("index", "c"),  # a later index replaced it
-        action("index", "d"),  # ... but another index of another index did not
-        action("update", "e"),  # missing: a later delete of it decided
-        action("index", "f"),  # refused for its content: the record is bad
-        action("delete", "b", offset=5),
-        action("index", "c", offset=6),
-        action("index", "d", index="other", offset=7),
-        action("delete", "e", offset=8),
-        action("index", "f", offset=9),
+        action("update", "b"),  # missing: a later delete of it decided
+        action("update", "c"),  # missing: a later index replaced it
+        action("update", "d"),  # missing, and nothing later wrote it: a dead letter
+        action("delete", "b", offset=3),
+        action("index", "c", offset=4),
+        action("index", "d", index="other", offset=5),
+    ]
+    answer = {
+        "errors": True,
+        "items": [
+            item("update", 404, "document_missing_exception"),
+            item("update", 404, "document_missing_exception"),
+            item("update", 404, "document_missing_exception"),
+            item("delete", 404),  # found nothing: still what the document is now
+            item("index", 201),
+            item("index", 201),
+        ],
+    }
+    v = classify(pending, answer)
+    assert not v.retry and v.not_found == (3,)
+    assert [(i, d.error_class) for i, d in v.rejected] == [
+        (2, "elasticsearch.document_missing_exception")
+    ]
+
+
+def test_an_overloaded_item_is_retried_though_a_later_write_decided_its_document() -> None:
+    """Until Elasticsearch reads a write nobody knows whether the record is bad (a mapping
+    error): it is sent again, with the later writes of its document, so a bad record
+    reaches the dead-letter topic whatever came after it."""
+    pending = [
+        action("update", "b"),
+        action("index", "c"),
+        action("delete", "b", offset=2),
+        action("index", "c", offset=3),
     ]
     answer = {
         "errors": True,
         "items": [
             item("update", 429, "es_rejected_execution_exception"),
             item("index", 503, "unavailable_shards_exception"),
-            item("index", 429, "es_rejected_execution_exception"),
-            item("update", 404, "document_missing_exception"),
-            item("index", 400, "document_parsing_exception"),
-            item("delete", 404),  # found nothing: still what the document is now
-            item("index", 201),
-            item("index", 201),
             item("delete", 200),
             item("index", 201),
         ],
     }
     v = classify(pending, answer)
-    assert v.retry == (2,) and v.not_found == (5,)
-    assert [(i, d.error_class) for i, d in v.rejected] == [
-        (4, "elasticsearch.document_parsing_exception")
+    assert v.retry == (0, 1, 2, 3) and not v.rejected
+    again = classify(
+        [pending[i] for i in v.retry],
+        {
+            "errors": True,
+            "items": [
+                item("update", 400, "document_parsing_exception"),
+                item("index", 201),
+                item("delete", 200),
+                item("index", 201),
+            ],
+        },
+    )
+    assert [(i, d.error_class) for i, d in again.rejected] == [
+        (0, "elasticsearch.document_parsing_exception")
     ]
 
 
