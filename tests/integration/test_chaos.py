@@ -29,7 +29,7 @@ import pytest
 
 from tests.conftest import ROOT, Services
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.long]  # minutes in all: one worker's share
 
 SUMMARY = re.compile(r"^mode=(\w+) (.*)$", re.MULTILINE)
 RECORDS = 8000
