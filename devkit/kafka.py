@@ -179,14 +179,25 @@ def consume_all(
 def committed_offsets(
     bootstrap: str, group: str, topic: str, timeout: float = 10.0
 ) -> dict[int, int]:
-    """The group's committed offset per partition (negative, -1001, when none). Retries
-    for up to `timeout` what a fresh broker answers while it creates or loads the group's
-    coordinator (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS: retriable errors)."""
+    """The group's committed offset per partition (negative, -1001, when none)."""
+    found = committed(bootstrap, group, topic, timeout=timeout)
+    return {tp.partition: tp.offset for tp in found}
+
+
+def committed(
+    bootstrap: str, group: str, topic: str, partitions: int | None = None, timeout: float = 10.0
+) -> list[Any]:
+    """The group's commits (offset and metadata) of the topic's partitions (the first
+    `partitions` of them, or all). Retries for up to `timeout` what a fresh broker answers
+    while it creates or loads the group's coordinator (NOT_COORDINATOR,
+    COORDINATOR_LOAD_IN_PROGRESS: retriable errors)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     from flows.topics import COORDINATOR_LOADING  # the flow's own list of those answers
 
-    tps = [TopicPartition(topic, p) for p in partitions_of(bootstrap, topic, timeout)]
+    if partitions is None:
+        partitions = len(partitions_of(bootstrap, topic, timeout))
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
     )
@@ -194,8 +205,7 @@ def committed_offsets(
     try:
         while True:
             try:
-                found = consumer.committed(tps, timeout=timeout)
-                return {tp.partition: tp.offset for tp in found}
+                return list(consumer.committed(tps, timeout=timeout))
             except KafkaException as e:
                 err = e.args[0]
                 waiting = err.retriable() or err.code() in COORDINATOR_LOADING

@@ -147,8 +147,14 @@ class WorkerConsumer:
     def move(self, tp: TopicPartition) -> None:
         """Fetch an assigned partition from `tp.offset` on. Assigned again: librdkafka stops
         fetching a partition whose position left the log (`auto.offset.reset=error`) and
-        refuses to `seek` it then (`_STATE`). A held partition stays paused."""
+        refuses to `seek` it then (`_STATE`). A held partition stays paused; records
+        queued for it from the old position are dropped."""
         key = (tp.topic, tp.partition)
+        queue = self._queues.get(key)
+        if queue:
+            if key not in self._held:
+                self._ready -= len(queue)
+            queue.clear()
         self.consumer.incremental_unassign([TopicPartition(*key)])
         self.consumer.incremental_assign([tp])
         self._assigned[key] = tp.offset

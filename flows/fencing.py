@@ -16,14 +16,17 @@ writes, so they carry the ownership too. Every commit's metadata names its commi
   ES_REQUEST_TIMEOUT_S: one epoch to reach its next check, and its last bulk);
   `released` (a final word) says the owner stopped cleanly after its last commit;
   `waiting beat=<n>` says it announced itself and reads nothing yet, `n` counting its
-  re-announcements (one per epoch), so that an older owner can tell it still runs.
+  re-announcements (one per epoch), so that an older owner can tell it still runs;
+  `after=<token>` names the owner whose bulks it still waits for before it reads.
 - At start a partition re-commits the group's offset (unchanged) under its own name: that
   is the announcement. If the previous owner had not released the partition, the
   partition reads nothing for FENCE_WAIT_S (unset: the lease the owner advertised), so
   that an owner still running sees the announcement at its next check and stops first;
   it announces itself again each epoch of the wait, and once more, without `waiting`,
   when it begins to read.
-  A clean stop releases, so a restart does not wait; nor does a restart after a crash on
+  A clean stop releases, so a restart does not wait; but not while the partition still
+  waits (it read nothing, and whoever comes next must wait as it did: for the owner
+  before it, and, via `after`, for that owner's bulks). Nor does a restart after a crash on
   the same host (`node` and `start` name the kernel boot, pid namespace and process start:
   no live process matches them). A crash elsewhere (another host, a container restarted
   in a new pid namespace) waits: nothing tells a dead owner from a silent one. After any
@@ -35,11 +38,11 @@ writes, so they carry the ownership too. Every commit's metadata names its commi
   only after the previous epoch's sink flushes), a partition reads its committed metadata
   (one `committed()` call): a newer owner that reads ends the process at once with one
   line and FENCED_EXIT_STATUS, committing and flushing nothing more. A newer owner that
-  still waits may have died since its announcement (a failed rollout): the partition
-  holds (reads and commits nothing) and stops the process as soon as a re-announcement
-  shows the owner runs; when none comes within that owner's lease, or when the newer
-  owner released the partition (it stopped cleanly), the partition warns once and takes
-  it back: an aborted rollout does not leave nothing consuming. An older owner's commit
+  still waits may be stopped or die before it reads (a failed rollout): the partition
+  holds (reads and commits nothing) while the newer owner's re-announcements show it
+  runs; when none comes within that owner's lease, or when the newer owner released the
+  partition (it stopped cleanly after reading), the partition warns once and takes it back:
+  an aborted rollout does not leave nothing consuming. An older owner's commit
   (one that raced the announcement) is overwritten by committing again, and a partition
   still waiting starts its wait again; when the check fails (group coordinator away) the
   partition reads and commits nothing until a check succeeds.
@@ -52,7 +55,8 @@ finish the epoch it was in (at most one epoch of writes and one commit, which th
 owner's next check undoes) before its next check stops it; only external versioning
 (VERSION=offset or header) keeps such late writes from replacing newer documents. If the
 newer owner has stopped cleanly meanwhile, the thawed one takes the partition back and
-reads on from its own position: what the newer one wrote is written again, in order.
+reads from where the newer one released it when that lies below its own position (the
+newer one's replay may have put documents back to older writes), else on from its own.
 """
 
 from __future__ import annotations
@@ -136,6 +140,9 @@ class Owner:
     waiting: bool = False
     """Announced, not reading yet: it re-announces itself (`beat`) each epoch while alive."""
     beat: int = 0
+    after: str = ""
+    """The owner whose bulks it still waits for before it reads (it has written nothing
+    yet): a successor takes that wait over."""
 
     @classmethod
     def parse(cls, metadata: str | None) -> Owner | None:
@@ -148,6 +155,7 @@ class Owner:
                 f["owner"], int(f["gen"]), int(f["since"]), float(f["lease"]),
                 f.get("host", "?"), int(f.get("pid", 0)), f.get("node", ""),
                 int(f.get("start", 0)), "released" in f, "waiting" in f, int(f.get("beat", 0)),
+                f.get("after", ""),
             )  # fmt: skip
         except (KeyError, ValueError):
             return None
@@ -160,6 +168,8 @@ class Owner:
         )
         if self.node:
             out += f" node={self.node} start={self.start}"
+        if self.after:
+            out += f" after={self.after}"
         if self.released:
             return f"{out} released"
         return f"{out} beat={self.beat} waiting" if self.waiting else out
@@ -263,6 +273,9 @@ class PartitionFence:
         )
         if prev is not None and not prev.released and not self._crashed_here:
             self._wait_s = prev.lease_s if settings.fence_wait_s is None else settings.fence_wait_s
+        # Whose bulks to wait for: the previous owner's, or, if it stopped before it read,
+        # those it was itself waiting for (it wrote nothing).
+        self._awaited = "" if prev is None or prev.released else prev.after or prev.token
         self.owner = replace(_me(), gen=gen, lease_s=lease_s(settings), waiting=self._wait_s > 0)
         self._deadline: float | None = None  # waiting until then (monotonic), then a check
         self._due = False
@@ -271,6 +284,10 @@ class PartitionFence:
         self._settings = settings
         self._bulks: Future[tasks.Gone] | None = None  # the previous owner's, in Elasticsearch
         self.released = False
+        self.released_at: int | None = None
+        """The offset a newer owner released the partition at, when it was taken back from
+        it: below this instance's own position, the newer one's replay may have put
+        documents back to older writes (`KafkaSourcePartition` reads again from there)."""
 
     @classmethod
     def of(
@@ -281,20 +298,32 @@ class PartitionFence:
 
     def metadata(self, base: str, *, released: bool = False, unread: bool = False) -> str:
         """`base` (discovery's partition count) plus this owner's fields (and `UNREAD`)."""
-        owner = replace(self.owner, released=released)
+        owner = replace(self.current(), released=released)
         return f"{base or _PREFIX} {owner.words()}" + (f" {UNREAD}" if unread else "")
+
+    def current(self) -> Owner:
+        """This owner as its next commit names it."""
+        return replace(self.owner, after=self._awaited if self._awaiting() else "")
+
+    def _awaiting(self) -> bool:
+        """Not reading yet, for another owner's bulks (or before the wait began)."""
+        bulks = self._bulks
+        return bool(self._awaited) and (
+            bulks is None or not bulks.done() or self._deadline is not None
+        )
 
     def announced(self) -> None:
         """The announcement was committed: start the wait, if the previous owner needs one."""
         prev = self.previous
         if prev is None or prev.released:
             return
-        self._bulks = tasks.owner_gone(_es(self._settings), prev.token, prev.lease_s)
+        self._bulks = tasks.owner_gone(_es(self._settings), self._awaited, prev.lease_s)
         if self._crashed_here:
+            whose = "its" if self._awaited == prev.token else f"{self._awaited}'s"
             logger.info(
                 "source partition %s/%d: its previous owner %s stopped without releasing it "
-                "and no longer runs on this host; waiting only for its bulks",
-                self._topic, self._partition, prev.describe(),
+                "and no longer runs on this host; waiting only for %s bulks",
+                self._topic, self._partition, prev.describe(), whose,
             )  # fmt: skip
         if self._wait_s > 0:
             self._deadline = time.monotonic() + self._wait_s
@@ -342,7 +371,7 @@ class PartitionFence:
             return Verdict.OWNED  # nobody committed it: nobody to fence
         found = Owner.parse(committed.metadata)
         if found is not None and found.token != self.owner.token and found.outranks(self.owner):
-            return self._newer_owner(found)
+            return self._newer_owner(found, committed.offset)
         self._newer = None
         if found is None or found.token != self.owner.token:
             if self._deadline is not None:  # it committed over the announcement: again
@@ -369,12 +398,14 @@ class PartitionFence:
             self.owner = replace(self.owner, beat=self.owner.beat + 1)
         return Verdict.TAKEN_BACK
 
-    def _newer_owner(self, found: Owner) -> Verdict:
-        """A newer owner committed: stop if it runs, hold while that is undecided, take the
-        partition back from one that released it or died before reading."""
+    def _newer_owner(self, found: Owner, offset: int) -> Verdict:
+        """A newer owner committed `offset`: stop once it reads, hold while it waits (its
+        re-announcements say it still runs), take the partition back from one that released
+        it or went silent before reading."""
         now = time.monotonic()
         if found.released:
             gone = "released it (it stopped cleanly)"
+            self.released_at = offset
         elif not found.waiting:
             stop(self._topic, self._partition, found)
         elif self._newer is None or self._newer[0].token != found.token:
@@ -387,7 +418,11 @@ class PartitionFence:
             )  # fmt: skip
             return Verdict.HELD
         elif found.beat != self._newer[0].beat:
-            stop(self._topic, self._partition, found)
+            # It runs: hold until it reads (then stop) or falls silent for a lease (it was
+            # stopped or crashed while it waited: take back). Stopping now would leave
+            # nothing consuming if it never reads.
+            self._newer = (found, now)
+            return Verdict.HELD
         elif now - self._newer[1] <= found.lease_s:
             return Verdict.HELD
         else:

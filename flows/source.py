@@ -237,8 +237,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                 self._stall(True)
                 self._awake = datetime.now(UTC) + _HELD_WAKE
                 return []
-            if verdict is fencing.Verdict.TAKEN_BACK and self._pending is None:
-                self._pending = self._durable
+            if verdict is fencing.Verdict.TAKEN_BACK:
+                self._take_back(self._fence)
         if self._fence is not None and self._fence.holding():  # a newer owner, maybe gone
             if self._finishing():
                 raise StopIteration  # commit nothing over it
@@ -261,6 +261,10 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             self._stall(True)
             self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
+        if self._fence is not None and self._fence.waiting() and self._finishing():
+            # It read nothing: commit and release nothing, so that whoever comes next waits
+            # for the previous owner (and its bulks) as this instance did.
+            raise StopIteration
         if self._pending is not None:
             final = self._finishing()
             self._commit(self._pending, final, release=final and self._pending == self._next)
@@ -438,6 +442,27 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._end = min(self._end, high)  # a truncated log never reaches its old end
         halt.start(*key, offset)
         return True
+
+    def _take_back(self, fence: fencing.PartitionFence) -> None:
+        """Commit under this owner's name again. From a newer owner that released the
+        partition below this owner's position, read again from there: its replay of the
+        records before it may have put documents back to older writes that this owner had
+        already replaced."""
+        at, fence.released_at = fence.released_at, None
+        if at is None or at >= self._durable:
+            if self._pending is None:
+                self._pending = self._durable
+            return
+        key = self._key
+        logger.warning(
+            "source %s/%d: the newer instance released it at offset %d, below this "
+            "instance's %d; reading again from %d",
+            *key, at, self._durable, at,
+        )  # fmt: skip
+        self._shared.move(TopicPartition(*key, at))
+        self._next = self._emitted = self._durable = at
+        halt.start(*key, at)
+        self._pending = at
 
     def _announce(self) -> None:
         """Commit this owner's name before reading (flows.fencing): at the committed offset,

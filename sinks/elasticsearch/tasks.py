@@ -86,9 +86,10 @@ def wait_gone(
     """Wait until no bulk of `owner` (and `partition`) is listed, at most `bound_s` (or
     until `stop()`); `what` names them in the log (None: say nothing). Tasks that cannot be
     listed (no `monitor` privilege, Elasticsearch away) may still run: the wait then lasts
-    the bound."""
+    the bound, and a bulk listed before the listing failed counts as still listed."""
     deadline = time.monotonic() + bound_s
     seen = warned = False
+    last = 0  # the last count Elasticsearch answered
     while True:
         try:
             n = running(client, owner, partition)
@@ -103,6 +104,7 @@ def wait_gone(
                 )  # fmt: skip
             n = -1
         else:
+            last = n
             if n == 0:
                 return Gone.DONE if seen else Gone.NONE
             if not seen and what:
@@ -113,7 +115,7 @@ def wait_gone(
                 )  # fmt: skip
             seen = True
         if stop() or time.monotonic() >= deadline:
-            return Gone.BOUND if n > 0 else Gone.UNLISTED
+            return Gone.BOUND if last > 0 else Gone.UNLISTED
         time.sleep(POLL_S)
 
 

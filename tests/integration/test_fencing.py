@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
+from devkit.kafka import committed as kafka_commits
 from devkit.kafka import end_offsets
 from flows.fencing import FENCED_EXIT_STATUS, Owner
 from tests.conftest import (
@@ -45,11 +46,7 @@ _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 def committed(kafka: str, group: str, topic: str, parts: int) -> list[TopicPartition]:
     """The group's committed offsets and metadata, per partition."""
-    c = Consumer({"bootstrap.servers": kafka, "group.id": group, "enable.auto.commit": False})
-    try:
-        return c.committed([TopicPartition(topic, p) for p in range(parts)], timeout=10)
-    finally:
-        c.close()
+    return kafka_commits(kafka, group, topic, parts)
 
 
 def logged(log: Path, needle: str) -> list[str]:
@@ -139,9 +136,6 @@ def test_a_rolling_update_overlap_fences_the_older_instance(
         b = start_flow(services, env_b, log=log_b)
         procs.append(b)
         assert a.wait(60) == FENCED_EXIT_STATUS, log_a.read_text()
-        time.sleep(0.5)  # a bulk A had sent just before its end has landed by now
-        sampled_at = time.time()
-        before_b = max_seq_no(es, topic)
         history = OffsetHistory(services.kafka, group, topic)
         wait_for(lambda: len(b_read(log_b)) == 2, 60, "B to take over")
         time.sleep(3)
@@ -159,8 +153,9 @@ def test_a_rolling_update_overlap_fences_the_older_instance(
     b.send_signal(signal.SIGTERM)
     assert b.wait(60) == 0, log_b.read_text()
 
-    # A stopped with one line, within the lease B waited, before B read anything. B waited on
-    # each partition it built while A ran; one it built after A's exit it reads at once.
+    # A held its partitions while B waited and stopped with one line at its first check after
+    # B began to read. B waited on each partition it built while A ran; one it built after
+    # A's exit it reads at once.
     announced = logged_at(log_b, "waiting FENCE_WAIT_S=7s before reading it")
     gone = logged_at(log_b, GONE)
     fenced = logged_at(log_a, "fenced: partition ")
@@ -170,10 +165,9 @@ def test_a_rolling_update_overlap_fences_the_older_instance(
     assert all(t >= fenced[0] for t in gone), (fenced, gone)
     gone_lines = logged(log_b, GONE)
     assert all(f"pid {a.pid}," in ln for ln in gone_lines), gone_lines
-    assert fenced[0] - min(announced) <= LEASE_S
     took_over = logged_at(log_b, "taken over from")
     assert len(took_over) == len(announced), log_b.read_text()
-    assert min(took_over) > sampled_at, "B read before A's writes were all in"
+    assert 0 <= fenced[0] - min(took_over) <= LEASE_S, (took_over, fenced)
     tokens = {Owner.parse(tp.metadata) for tp in committed(services.kafka, group, topic, 2)}
     (b_owner,) = tokens  # one owner for both partitions: B, released by its clean stop
     assert b_owner is not None and b_owner.released
@@ -192,18 +186,14 @@ def test_a_rolling_update_overlap_fences_the_older_instance(
     for m in consume_all(services.kafka, topic, strict=True):
         latest[m.key().decode()] = json.loads(m.value())["seq"]
     assert {k: d["seq"] for k, d in docs.items()} == latest
-    late = [k for k, d in docs.items() if d["writer"] == "A" and d["_seq_no"] > before_b]
+    # One shard: its sequence numbers order the writes. A wrote nothing once B began.
+    first_b = min(d["_seq_no"] for d in docs.values() if d["writer"] == "B")
+    late = [k for k, d in docs.items() if d["writer"] == "A" and d["_seq_no"] > first_b]
     assert late == []
     assert {d["writer"] for k, d in docs.items() if k.startswith("old-")} == {"A"}
     assert {d["writer"] for k, d in docs.items() if k.startswith("hot-")} == {"B"}
     # The group's offsets never went back once A had stopped.
     assert history.samples and history.never_back(), history.samples
-
-
-def max_seq_no(es: Any, index: str) -> int:
-    es.indices.refresh(index=index)
-    hit = es.search(index=index, size=1, sort=[{"_seq_no": "desc"}], seq_no_primary_term=True)
-    return int(hit["hits"]["hits"][0]["_seq_no"])
 
 
 def all_docs(es: Any, index: str) -> dict[str, dict[str, Any]]:
@@ -327,8 +317,9 @@ def test_a_newer_instance_gone_while_it_waits_leaves_the_older_one_running(
     assert logged(log_o, "fenced: ") == []
     back = logged(log_o, "; taking the partition back")
     assert len(back) == 2, log_o.read_text()
-    why = "released it" if how == signal.SIGTERM else "did not re-announce itself"
-    assert all(why in line for line in back), back
+    # A stop while it waits releases nothing (whoever comes next must wait as it did):
+    # either way the newer one falls silent and its lease passes.
+    assert all("did not re-announce itself" in line for line in back), back
     older.send_signal(signal.SIGTERM)
     assert older.wait(60) == 0, log_o.read_text()
 

@@ -108,7 +108,7 @@ def make(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def owner(part: KafkaSourcePartition) -> Owner:
     assert part._fence is not None
-    return part._fence.owner
+    return part._fence.current()
 
 
 def epoch(part: KafkaSourcePartition) -> list[Any]:
@@ -181,15 +181,16 @@ def test_an_owner_that_did_not_release_is_waited_for_then_taken_over(make: Any) 
     assert epoch(older) == []  # the older one's next epoch: it holds, committing nothing
     assert len(BROKER.commits) == commits
     assert epoch(newer) == []  # the newer one's: it announces itself again
-    with pytest.raises(Fenced, match=owner(newer).token):
-        epoch(older)  # which shows it runs: the older one stops before committing
-    assert BROKER.commits[-1][1] == f"es-sink {owner(newer).words()}"
+    assert epoch(older) == []  # which shows it runs: the older one goes on holding
+    assert len(BROKER.commits) == commits + 1  # the re-announcement only
     time.sleep(0.3)
     reads = BROKER.reads
     assert len(newer.next_batch()) == 3  # the wait is over; checked once more, then reads
     assert BROKER.reads == reads + 1
     assert BROKER.commits[-1] == (0, f"es-sink {owner(newer).words()}")  # no longer waiting
     assert "waiting" not in BROKER.commits[-1][1]
+    with pytest.raises(Fenced, match=owner(newer).token):
+        epoch(older)  # the newer one reads: the older one stops before committing
 
 
 def test_an_older_commit_over_the_announcement_is_overwritten_and_waited_for_again(
@@ -296,10 +297,12 @@ def test_a_newer_owner_that_released_the_partition_is_taken_back_with_one_warnin
     older = make()
     older.next_batch()
     epoch(older)  # older owns t/0, generation 1
-    newer = make(FENCE_WAIT_S="600", KAFKA_STOP_AT_END="true")
-    shutdown._requested.set()  # stopped while it waits (an aborted rollout)
+    newer = make(FENCE_WAIT_S="0.05")
+    time.sleep(0.1)
+    assert newer.next_batch() == []  # waited, then read (nothing new)
+    shutdown._requested.set()  # stopped (an aborted rollout)
     with pytest.raises(StopIteration):
-        newer.next_batch()
+        epoch(newer)
     shutdown._requested.clear()
     assert BROKER.metadata is not None and BROKER.metadata.endswith(" released")
     assert "waiting" not in BROKER.metadata
@@ -345,10 +348,13 @@ def test_a_waiting_newer_owner_that_re_announces_itself_stops_the_older_one(
     older = make()
     older.next_batch()
     epoch(older)
-    newer = make(FENCE_WAIT_S="600")
+    newer = make(FENCE_WAIT_S="0.3")
     assert epoch(older) == []  # held
     epoch(newer)  # its next epoch: announces itself again
     assert BROKER.metadata is not None and BROKER.metadata.endswith(" beat=1 waiting")
+    assert epoch(older) == []  # it runs: still held
+    time.sleep(0.3)
+    epoch(newer)  # reads
     with pytest.raises(Fenced, match=owner(newer).token):
         epoch(older)
 
@@ -424,3 +430,106 @@ def test_a_restart_after_a_crash_while_waiting_waits_too(make: Any, monkeypatch:
     again = make(FENCE_WAIT_S="600")  # the supervisor restarts it on the same host
     assert again._fence.waiting()
     assert again.next_batch() == []
+
+
+def test_a_stop_while_waiting_releases_nothing_and_the_next_owner_waits_as_it_did(
+    make: Any, monkeypatch: Any
+) -> None:
+    """A releasing stop in the middle of the wait let the next instance read at once: a
+    dead owner's bulk still queued in Elasticsearch landed after its newer writes, and a
+    live older owner wrote beside it until its next check."""
+    dead = make()
+    dead.next_batch()
+    epoch(dead)  # crashed (killed) with a bulk still queued in Elasticsearch
+    ES.listed = [tasks.opaque_id(owner(dead).token, "es-0001")]
+    waiting = make(FENCE_WAIT_S="600")
+    commits = list(BROKER.commits)
+    assert f" after={owner(dead).token}" in commits[-1][1]
+    assert waiting.next_batch() == []  # waiting
+    shutdown._requested.set()  # stopped while it waits (a re-rolled rollout)
+    with pytest.raises(StopIteration):
+        waiting.next_batch()
+    shutdown._requested.clear()
+    assert BROKER.commits == commits  # not released
+    monkeypatch.setattr(fencing.Owner, "known_stopped", lambda self: True)  # both gone
+    third = make(FENCE_WAIT_S="0")
+    third._next = third._emitted = 0
+    third._consumer.assign([TopicPartition("t", 0, 0)])
+    for _ in range(5):
+        assert third.next_batch() == []  # the first owner's bulk still runs
+        time.sleep(0.02)
+    ES.listed = []
+    time.sleep(0.05)
+    assert len(third.next_batch()) == 3
+
+
+def test_an_older_owner_holds_while_the_newer_one_beats_and_takes_back_when_it_falls_silent(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopping at the newer one's first re-announcement left nothing consuming when the
+    newer one was then stopped or crashed during the rest of its wait."""
+    older = make()
+    older.next_batch()
+    epoch(older)
+    monkeypatch.setattr(fencing, "lease_s", lambda settings: 0.3)
+    newer = make(FENCE_WAIT_S="600")
+    assert epoch(older) == []  # held
+    epoch(newer)  # beat=1
+    assert epoch(older) == []  # still held: the newer one runs, but reads nothing yet
+    commits = list(BROKER.commits)  # then the newer one crashes: no more beats
+    more(older)
+    time.sleep(0.35)
+    assert len(epoch(older)) == 1  # its lease passed without a beat: taken back, read
+    assert BROKER.commits[len(commits)][1] == f"es-sink {owner(older).words()}"
+
+
+def test_taking_back_below_the_own_position_reads_again_from_the_release(
+    make: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The newer owner re-wrote offsets 0..2 after the older one had written up to 3, and
+    released at 3: reading on from 4 left a document written in both ranges at the older
+    write."""
+    older = make()
+    older.next_batch()
+    more(older)
+    epoch(older)
+    epoch(older)  # durable and committed at 4
+    assert BROKER.offset == 4
+    newer = make(FENCE_WAIT_S="0.05")
+    newer._next = newer._emitted = 0  # (a Kafka-side cut kept the group at 0 meanwhile)
+    newer._consumer.assign([TopicPartition("t", 0, 0)])
+    time.sleep(0.1)
+    assert len(newer.next_batch()) == 3  # reads offsets 0..2
+    shutdown._requested.set()
+    with pytest.raises(StopIteration):
+        epoch(newer)
+    shutdown._requested.clear()
+    assert BROKER.offset == 3 and BROKER.metadata is not None
+    assert BROKER.metadata.endswith(" released")
+    with caplog.at_level(logging.WARNING, logger="flows.source"):
+        assert epoch(older) == []  # (the fake consumer serves nothing after a move)
+    assert older._next == older._emitted == 3
+    assert older._shared._assigned[("t", 0)] == 3  # fetched again from 3
+    assert BROKER.commits[-1] == (3, f"es-sink {owner(older).words()}")
+    assert any("released it at offset 3, below this instance's 4" in m for m in caplog.messages)
+
+
+def test_a_bulk_listed_before_the_task_list_failed_is_still_listed_at_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A timed-out request seen queued, then the listing itself timed out (the same
+    overload): treated as gone, it was sent again while it could still land last."""
+    from elasticsearch import ConnectionTimeout
+
+    answers: list[Any] = [1, 1]
+
+    def running(client: Any, owner: str, partition: str | None = None) -> int:
+        if answers:
+            return int(answers.pop(0))
+        raise ConnectionTimeout("listing timed out")
+
+    monkeypatch.setattr(tasks, "running", running)
+    monkeypatch.setattr(tasks, "POLL_S", 0.01)
+    assert tasks.wait_gone(object(), "o", "p", 0.1, None) is tasks.Gone.BOUND  # type: ignore[arg-type]
+    answers[:] = []
+    assert tasks.wait_gone(object(), "o", "p", 0.05, None) is tasks.Gone.UNLISTED  # type: ignore[arg-type]

@@ -44,8 +44,10 @@ class FakeConsumer:
         ]
 
     def incremental_assign(self, tps: list[TopicPartition]) -> None:
-        """(The source, at its first read) what a test left of the log, from the offset."""
+        """(The source, at its first read) what a test left of the log, from the offset;
+        no position until a record is consumed, as librdkafka."""
         self.messages = [m for m in self.messages if m.offset() >= tps[0].offset]
+        self.position_offset = -1001
 
     def incremental_unassign(self, tps: list[TopicPartition]) -> None:
         self.messages = []
