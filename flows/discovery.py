@@ -342,7 +342,7 @@ def group_consumer(settings: Settings) -> Consumer:
     """A consumer of the flow's group that only asks (committed and end offsets): it never
     reads, commits or joins the group."""
     overrides = {"group.id": settings.group_id, "enable.auto.commit": "false"}
-    return Consumer(settings.librdkafka(None, **overrides))
+    return Consumer(settings.librdkafka("consumer", None, **overrides))
 
 
 _PARTITIONS = "es-sink partitions="

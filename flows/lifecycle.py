@@ -41,7 +41,7 @@ def committed_offsets(
     """The group's committed offset of each partition (None: none), or why Kafka did not say."""
     if not keys:
         return {}
-    conf = settings.librdkafka(None, **{"group.id": settings.group_id, "log_level": 3})
+    conf = settings.librdkafka("consumer", None, **{"group.id": settings.group_id, "log_level": 3})
     consumer = Consumer({**conf, "enable.auto.commit": "false"})
     try:
         tps = [TopicPartition(t, p) for t, p in keys]

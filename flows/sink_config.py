@@ -136,7 +136,7 @@ def dead_letters(s: Settings) -> DeadLetterConfig | None:
         return None
     return DeadLetterConfig(
         topic=s.dlq_topic,
-        kafka=s.librdkafka(),
+        kafka=s.librdkafka("producer"),
         retry_budget_s=s.dlq_retry_budget_s,
         secrets=_secrets(s),
     )

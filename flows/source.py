@@ -133,6 +133,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         # One consumer per worker serves all of its partitions (flows.consumers).
         self._shared = consumers.shared(
             settings.librdkafka(
+                "consumer",
                 defaults={
                     **consumers.FETCH,
                     # How a consumer that knows no broker is found (flows.consumers).

@@ -83,7 +83,7 @@ def find_topics(settings: Settings) -> dict[str, list[int]]:
             auth_errors.append(err)
 
     try:
-        admin = AdminClient(s.librdkafka(error_cb=on_error))
+        admin = AdminClient(s.librdkafka("admin", error_cb=on_error))
     except KafkaException as e:
         raise kafka_config_error(e) from None
     retries = METADATA_BACKOFF.start()

@@ -148,7 +148,7 @@ def admin(settings: Settings) -> AdminClient:
     from flows.topics import kafka_config_error
 
     try:
-        return AdminClient(settings.librdkafka(QUIET))
+        return AdminClient(settings.librdkafka("admin", QUIET))
     except KafkaException as e:
         raise kafka_config_error(e) from None
 
@@ -161,6 +161,7 @@ def consumer(settings: Settings, group: str | None = None, **extra: Any) -> Cons
     from flows.topics import kafka_config_error
 
     conf = settings.librdkafka(
+        "consumer",
         QUIET,
         **{
             "group.id": group or f"es-sink-cli-{uuid.uuid4().hex}",
@@ -191,7 +192,7 @@ def reachable_topics(settings: Settings, timeout: float = KAFKA_TIMEOUT_S) -> di
             auth.append(e)
 
     try:
-        client = AdminClient(settings.librdkafka(QUIET, error_cb=on_error))
+        client = AdminClient(settings.librdkafka("admin", QUIET, error_cb=on_error))
     except KafkaException as e:
         raise kafka_config_error(e) from None
     try:

@@ -407,7 +407,7 @@ def _producer(settings: Settings) -> Any:
 
     return Producer(
         settings.librdkafka(
-            defaults={"linger.ms": 5}, **{"enable.idempotence": True, "acks": "all"}
+            "producer", defaults={"linger.ms": 5}, **{"enable.idempotence": True, "acks": "all"}
         )
     )
 

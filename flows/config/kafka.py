@@ -1,10 +1,11 @@
-"""Kafka source settings: read by flows/source.py (and librdkafka() by the dead-letter
-producer and the start-up checks)."""
+"""Kafka source settings: read by flows/source.py; `librdkafka()` gives every Kafka client its
+configuration (the source's consumers, the dead-letter producer, the start-up checks and
+`es-sink`'s clients), each the pass-through settings of its own kind."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import field_validator, model_validator
 
@@ -30,6 +31,45 @@ of failed metadata refreshes (a one-broker cluster's restart stalled the flow fo
 tests/integration/test_kafka_faults.py). 30 s here: a metadata request unanswered that long
 also re-bootstraps, which resets every connection. librdkafka issue #5301 (open in 2.16.0)
 describes an ordering of the same event after which the client never re-bootstraps."""
+
+
+CONSUMER_ONLY = frozenset(
+    {
+        "group.id", "group.instance.id", "partition.assignment.strategy", "session.timeout.ms",
+        "heartbeat.interval.ms", "group.protocol.type", "group.protocol",
+        "group.remote.assignor", "coordinator.query.interval.ms", "max.poll.interval.ms",
+        "enable.auto.commit", "auto.commit.interval.ms", "enable.auto.offset.store",
+        "queued.min.messages", "queued.max.messages.kbytes", "fetch.wait.max.ms",
+        "fetch.queue.backoff.ms", "fetch.message.max.bytes", "max.partition.fetch.bytes",
+        "fetch.max.bytes", "fetch.min.bytes", "fetch.error.backoff.ms", "isolation.level",
+        "enable.partition.eof", "check.crcs", "auto.offset.reset", "auto.commit.enable",
+        "consume.callback.max.messages",
+    }
+)  # fmt: skip
+"""librdkafka's consumer properties (`C` in its CONFIGURATION.md) a producer ignores with a
+CONFWARN line at every start."""
+
+PRODUCER_ONLY = frozenset(
+    {
+        "transactional.id", "transaction.timeout.ms", "enable.idempotence",
+        "enable.gapless.guarantee", "queue.buffering.max.messages",
+        "queue.buffering.max.kbytes", "queue.buffering.max.ms", "linger.ms",
+        "message.send.max.retries", "retries", "queue.buffering.backpressure.threshold",
+        "compression.codec", "compression.type", "compression.level", "batch.num.messages",
+        "batch.size", "delivery.report.only.error", "sticky.partitioning.linger.ms",
+        "request.required.acks", "acks", "request.timeout.ms", "message.timeout.ms",
+        "delivery.timeout.ms", "partitioner",
+    }
+)  # fmt: skip
+"""librdkafka's producer properties (`P`), which a consumer ignores with a CONFWARN line."""
+
+ClientKind = Literal["consumer", "producer", "admin"]
+_NOT_FOR: dict[str, frozenset[str]] = {
+    "consumer": PRODUCER_ONLY,
+    "producer": CONSUMER_ONLY,
+    # librdkafka's admin client is a producer that produces nothing: neither kind applies.
+    "admin": CONSUMER_ONLY | PRODUCER_ONLY,
+}
 
 
 class KafkaSettings(Group):
@@ -95,14 +135,17 @@ class KafkaSettings(Group):
         return self
 
     def librdkafka(
-        self, defaults: Mapping[str, Any] | None = None, **overrides: Any
+        self, client: ClientKind, defaults: Mapping[str, Any] | None = None, **overrides: Any
     ) -> dict[str, Any]:
-        """The librdkafka configuration: our `defaults`, then the user's pass-through
-        settings (which win over defaults), then `overrides` the flow relies on."""
+        """The librdkafka configuration of a `client` of this kind: our `defaults`, then the
+        user's pass-through settings that apply to the kind (which win over defaults; one
+        `kafka_config` serves the consumers and the producers, so each gets its own side of
+        it), then `overrides` the flow relies on."""
+        ignored = _NOT_FOR[client]
         return {
             **CLIENT_DEFAULTS,
             **(defaults or {}),
             "bootstrap.servers": self.bootstrap_servers,
-            **self.kafka_config,
+            **{k: v for k, v in self.kafka_config.items() if k not in ignored},
             **overrides,
         }

@@ -87,7 +87,7 @@ def test_defaults_explicitly() -> None:
     assert s.es_retry_initial_ms == 100
     assert s.es_retry_max_ms == 10_000
     assert s.es_retry_budget_s == 0.0
-    assert s.librdkafka() == {"bootstrap.servers": "127.0.0.1:9092", **CLIENT_DEFAULTS}
+    assert s.librdkafka("consumer") == {"bootstrap.servers": "127.0.0.1:9092", **CLIENT_DEFAULTS}
 
 
 def test_values_are_parsed_and_typed() -> None:
@@ -221,7 +221,7 @@ def test_bad_regex_refused() -> None:
 def test_bootstrap_servers_accepted(value: str) -> None:
     s = load(KAFKA_BOOTSTRAP_SERVERS=value)
     assert s.bootstrap_servers == value.strip()
-    assert s.librdkafka()["bootstrap.servers"] == value.strip()
+    assert s.librdkafka("producer")["bootstrap.servers"] == value.strip()
 
 
 @pytest.mark.parametrize("value", ["kafka", "kafka:", ":9092", "kafka:port", "a:1,b", "a:1,"])
@@ -247,7 +247,7 @@ def test_kafka_config_pass_through() -> None:
         "fetch.max.bytes": "1048576",
     }
     assert dict(s.schema_registry_config) == {"basic.auth.user.info": "u:p"}
-    assert s.librdkafka(**{"group.id": "g"}) == {
+    assert s.librdkafka("consumer", **{"group.id": "g"}) == {
         "bootstrap.servers": "127.0.0.1:9092",
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "PLAIN",
@@ -256,7 +256,7 @@ def test_kafka_config_pass_through() -> None:
         **CLIENT_DEFAULTS,
     }
     key = "metadata.recovery.rebootstrap.trigger.ms"  # a default the user's setting overrides
-    assert load(KAFKA_CONFIG_METADATA_RECOVERY_REBOOTSTRAP_TRIGGER_MS="60000").librdkafka()[
+    assert load(KAFKA_CONFIG_METADATA_RECOVERY_REBOOTSTRAP_TRIGGER_MS="60000").librdkafka("admin")[
         key
     ] == ("60000")
 
