@@ -1,4 +1,4 @@
-"""Decoding settings: read by flows/decode.py (the converters and the Schema Registry client)."""
+"""Decoding settings: read by flows/decode/ (the converters and the Schema Registry client)."""
 
 from __future__ import annotations
 

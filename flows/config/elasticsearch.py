@@ -1,5 +1,6 @@
-"""Elasticsearch settings: the connection (sinks/es_client.py and the start-up checks) and
-the bulk requests, buffers and retries of the sink partitions (sinks/elasticsearch.py)."""
+"""Elasticsearch settings: the connection (sinks/elasticsearch/client.py and the start-up
+checks) and the bulk requests, buffers and retries of the sink partitions
+(sinks/elasticsearch/)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Transform settings: read by flows/transforms.py (build_transforms) at start."""
+"""Transform settings: read by flows/transforms/ (build_transforms) at start."""
 
 from __future__ import annotations
 
