@@ -164,6 +164,49 @@ def test_every_alert_is_proven_to_fire_by_the_unit_tests() -> None:
     assert alerts <= quiet, f"no test shows {alerts - quiet} quiet before it fires"
 
 
+_DURATION = re.compile(r"(\d+)([smh])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600}
+
+
+def _seconds(text: str) -> int:
+    return sum(int(n) * _SECONDS[unit] for n, unit in _DURATION.findall(str(text)))
+
+
+def _samples(values: str) -> int:
+    """How many samples promtool's expanding notation makes: `1 0`, `1x20` (21), `0+5x30`."""
+    count = 0
+    for token in values.split():
+        times = re.fullmatch(r".*x(\d+)", token)
+        count += int(times[1]) + 1 if times else 1
+    return count
+
+
+def test_no_alert_test_evaluates_on_a_window_boundary() -> None:
+    """Prometheus 2's range windows hold the sample at their start, 3's do not: an alert test
+    evaluated exactly one range after a series' last sample passes on one and fails on the
+    other. Evaluating a minute later holds on both."""
+    ranges = {
+        rule["alert"]: {_seconds(r) for r in re.findall(r"\[(\w+)\]", str(rule["expr"]))}
+        for rule in deploy.rules()
+        if "alert" in rule
+    }
+    tests = yaml.safe_load(deploy.RULES_TEST.read_text())
+    boundaries = []
+    for group in tests["tests"]:
+        step = _seconds(group.get("interval", tests.get("evaluation_interval", "1m")))
+        ends = {series["series"]: (_samples(series["values"]) - 1) * step
+                for series in group["input_series"]}  # fmt: skip
+        for case in group["alert_rule_test"]:
+            at = _seconds(case["eval_time"])
+            for window in ranges[case["alertname"]]:
+                boundaries += [
+                    f"{group['name']}: {case['alertname']} at {case['eval_time']}: {series}"
+                    for series, end in ends.items()
+                    if end + window == at
+                ]
+    assert boundaries == []
+
+
 def test_rules_match_the_scrape_job() -> None:
     config = yaml.safe_load(deploy.PROMETHEUS_CONFIG.read_text())
     assert config["rule_files"] == [deploy.RULES.name]
