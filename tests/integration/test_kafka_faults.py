@@ -1,9 +1,9 @@
 """Kafka faults against a broker of their own: the broker stopped mid-run and started again.
 
-The flow reads from a second, restartable broker (KAFKA_PORT 19094, STACK_DIR
-/var/tmp/es-sink-test-kafkafault) and writes to the suite's Elasticsearch. Stopping the broker
-must stall the flow, not kill it; once the broker is back the flow must finish with every
-record indexed and the end offsets committed.
+The flow reads from a second, restartable broker (ES_SINK_TEST_FAULT_KAFKA_PORT, 19094;
+STACK_DIR <ES_SINK_TEST_STACK_DIR>-kafkafault) and writes to the suite's Elasticsearch.
+Stopping the broker must stall the flow, not kill it; once the broker is back the flow must
+finish with every record indexed and the end offsets committed.
 """
 
 from __future__ import annotations
@@ -33,7 +33,10 @@ from tests.conftest import (
 pytestmark = pytest.mark.system
 
 KAFKA_FAULT_PORT = int(os.environ.get("ES_SINK_TEST_FAULT_KAFKA_PORT", "19094"))
-STACK_DIR = os.environ.get("ES_SINK_TEST_KAFKA_FAULT_DIR", "/var/tmp/es-sink-test-kafkafault")
+STACK_DIR = os.environ.get(
+    "ES_SINK_TEST_KAFKA_FAULT_DIR",
+    os.environ.get("ES_SINK_TEST_STACK_DIR", "/var/tmp/es-sink-test") + "-kafkafault",
+)
 OUTAGE_S = 10
 """Seconds from the broker's stop to the start of its restart; it answers again a few
 seconds later (the start takes 3-15 s here), so it is away for about 13-25 s."""
