@@ -101,6 +101,12 @@ def emit_json(value: Any) -> None:
     sys.stdout.flush()
 
 
+def emit_json_line(value: Any) -> None:
+    """One JSON document on one line of stdout (JSON Lines: a document per `--watch` report)."""
+    sys.stdout.write(json.dumps(value, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
 def iso(ms: int | None) -> str | None:
     """Epoch milliseconds as ISO-8601 UTC (None stays None)."""
     if ms is None or ms < 0:

@@ -11,6 +11,8 @@ status API (`--api`, or API_PORT), their state, rates and last errors.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,8 @@ from flows.cli import common, control
 from flows.cli.dlq import parse
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from rich.console import RenderableType
 
     from flows.config import Settings
@@ -239,15 +243,44 @@ def status(
             else:
                 common.out.print(render(found))
             return
-        if json_out:  # one document a line, every interval
-            while True:
-                common.emit_json(collect(settings, api))
-                time.sleep(interval)
-        if not common.out.is_terminal:  # a pipe or a file: a report per interval, as it comes
-            while True:
-                common.out.print(render(collect(settings, api)))
-                time.sleep(interval)
-        with Live(render(collect(settings, api)), console=common.out, auto_refresh=False) as live:
-            while True:
-                time.sleep(interval)
-                live.update(render(collect(settings, api)), refresh=True)
+        with _until_stopped():
+            _watch(settings, api, interval, json_out)
+
+
+def _watch(settings: Settings, api: list[str] | None, interval: float, json_out: bool) -> None:
+    if json_out:  # one document a line, every interval
+        while True:
+            common.emit_json_line(collect(settings, api))
+            time.sleep(interval)
+    if not common.out.is_terminal:  # a pipe or a file: a report per interval, as it comes
+        while True:
+            found = collect(settings, api)
+            now = common.iso(int(time.time() * 1000))
+            common.out.print(f"status at {now}", highlight=False, markup=False)
+            common.out.print(render(found))
+            time.sleep(interval)
+    with Live(render(collect(settings, api)), console=common.out, auto_refresh=False) as live:
+        while True:
+            time.sleep(interval)
+            live.update(render(collect(settings, api)), refresh=True)
+
+
+class _Stopped(Exception):
+    """SIGTERM during a watch."""
+
+
+@contextlib.contextmanager
+def _until_stopped() -> Iterator[None]:
+    """A watch ends by SIGTERM or SIGINT (Ctrl-C) with status 0: it is how a watch stops
+    (`timeout 600 es-sink status --watch > status.log`), not an error."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Stopped
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    except (_Stopped, KeyboardInterrupt):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)

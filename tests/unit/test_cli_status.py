@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from flows.cli import common, status
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def found(position: int | None) -> dict[str, Any]:
@@ -60,6 +69,45 @@ def test_watch_into_a_pipe_prints_every_report(
             raise KeyboardInterrupt
 
     monkeypatch.setattr(status.time, "sleep", sleep)
-    with pytest.raises(KeyboardInterrupt):
-        status.status(json_out=False, watch=True, interval=1.0, api=None)
+    status.status(json_out=False, watch=True, interval=1.0, api=None)  # Ctrl-C ends it: no error
     assert capsys.readouterr().out.count("group g (empty)") == 2
+
+
+WATCH = """
+import sys
+from flows.cli import main, status
+sys.path.insert(0, "tests/unit")
+from test_cli_status import found
+status.collect = lambda settings, api: found(position=None)
+sys.argv = ["es-sink", "status", "--watch", "--interval", "0.5", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_watch_into_a_file_ends_cleanly_on_sigterm(tmp_path: Path, json_out: bool) -> None:
+    """`timeout 60 es-sink status --watch > watch.out`: every report is in the file as it
+    comes, and SIGTERM (or SIGINT) ends the watch with status 0 and nothing on stderr."""
+    out = tmp_path / "watch.out"
+    with out.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WATCH, *(["--json"] if json_out else [])],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "KAFKA_TOPICS": "t", "COLUMNS": "100"},
+        )
+        deadline = time.monotonic() + 30
+        while out.read_text().count('"g"' if json_out else "group g") < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert (proc.returncode, err) == (0, "")
+    if json_out:  # one document a line
+        lines = out.read_text().splitlines()
+        assert len(lines) >= 2 and all(json.loads(line)["group"]["id"] == "g" for line in lines)
+    else:  # each report under its time (the last one may have been stopped after it)
+        text = out.read_text()
+        assert text.count("status at 20") - text.count("group g") in (0, 1)
