@@ -23,7 +23,7 @@ WORKDIR /app
 
 # Dependencies first, in their own layer: rebuilt only when pyproject.toml changes.
 # (README.md* is optional: the glob lets the build work before the README exists.)
-COPY pyproject.toml README.md* ./
+COPY pyproject.toml README.md* LICENSE ./
 RUN mkdir -p flows sinks \
     && pip install . \
     && pip uninstall --yes es-sink \
