@@ -24,6 +24,7 @@ from flows.errors import ConfigError
 from flows.pipeline import build_flow
 from flows.runtime import run_args
 from flows.topics import find_topics
+from flows.version import VERSION
 from sinks.elasticsearch import check_credentials
 
 if not logging.getLogger().handlers:
@@ -34,12 +35,21 @@ if not logging.getLogger().handlers:
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)
 recovery_failure.install()  # a full recovery directory: one line after Bytewax's panic
 config_failure.install()  # a ConfigError found mid-flow: its line, not a traceback
+_run = run_args()
+logging.getLogger(__name__).info(
+    "es-sink %s starting: process %d of %d, %d worker(s), epoch %g s",
+    VERSION,
+    _run.process_id,
+    _run.processes,
+    _run.workers_per_process,
+    _run.epoch_s,
+)
 
 try:
     _settings = Settings.load()
     # Before any client starts a thread, so that every thread inherits the blocked signals.
     shutdown.install(_settings.shutdown_timeout_s)
-    _epoch_s = run_args().epoch_s
+    _epoch_s = _run.epoch_s
     if 0 < _settings.shutdown_timeout_s < 2 * _epoch_s + 5:
         # A stop ends with the epoch it began in, or the next (flows.source): a shorter
         # timeout cuts short a healthy stop and exits 1.

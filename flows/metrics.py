@@ -6,7 +6,9 @@ Counters are bumped once per batch with a count, never once per record.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Info
+
+from flows.version import VERSION
 
 # es_sink_records_skipped is declared with the sinks' metrics: they skip records too
 # (ERRORS_TOLERANCE=log).
@@ -22,3 +24,5 @@ DELETED_UNREAD = Counter(
     ["topic", "partition"],
 )
 PAUSED = Gauge("es_sink_paused", "1 while an operator paused reading Kafka (PUT /pause)")
+BUILD = Info("es_sink_build", "The es-sink version this process runs (always 1)")
+BUILD.info({"version": VERSION})

@@ -78,6 +78,7 @@ class Halted(BaseModel):
 
 class Status(BaseModel):
     state: State
+    version: str = Field(description="the es-sink version this process runs")
     process: ProcessInfo
     partitions: list[PartitionStatus]
     sink: SinkStatus

@@ -27,6 +27,7 @@ from flows.config import Settings
 from flows.discovery import group_consumer
 from flows.runtime import RunArgs
 from flows.source import PartitionView, partitions
+from flows.version import VERSION
 from sinks import failing, progress
 from sinks.backoff import under_way
 from sinks.elasticsearch.partition import buffered
@@ -264,6 +265,7 @@ class ProcessState:
         dead = {labels[0]: int(v) for labels, v in counter_total("es_sink_dead_letters").items()}
         return models.Status(
             state=self.state(),
+            version=VERSION,
             process=models.ProcessInfo(
                 id=self._process_id,
                 processes=self._run.processes,

@@ -15,6 +15,7 @@ import typer
 
 from flows.cli import check, control, dlq, offsets, plugins, preview, status, verify
 from flows.cli import replay as replay  # registers `dlq replay` on dlq_app
+from flows.version import VERSION
 
 app = typer.Typer(
     name="es-sink",
@@ -23,6 +24,23 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        typer.echo(f"es-sink {VERSION}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    pass  # the options of `es-sink` itself, before any subcommand
+
+
 app.command("check")(check.check)
 app.command("plugins")(plugins.plugins)
 app.command("status")(status.status)

@@ -15,6 +15,7 @@ import pytest
 from tests.unit.test_layering import ROOT, module_name
 
 RANKS = {
+    "version": -1,  # read by the metrics, the API, the CLI and the entry point
     **dict.fromkeys(("errors", "record", "naming", "runtime", "metrics"), 0),
     **dict.fromkeys(
         (
