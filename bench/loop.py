@@ -13,8 +13,8 @@ when every partition reached the end offset it had at start; otherwise on SIGTER
 `--floor` is the other end: the least a Python consumer-to-`_bulk` loop does per record
 with these libraries, and no guarantee at all. `consume(1000)`; per record the check that
 the value is a JSON object on one line (simdjson, the flow's `RawObjects`), the action
-line with the key as id (`orjson.dumps`), the value's bytes as they arrived (the flow's
-default since 2026-12-05; before, the floor decoded with `orjson.loads` and encoded again);
+line with the key as id (`orjson.dumps`), the value's bytes as they arrived (as the flow
+sends a JSON object by default, `JSON_AS_IS`);
 5,000 actions (the flow's BULK_MAX_ACTIONS) a `_bulk`, up to 3 in flight on a thread pool,
 the answer's `errors` flag read and nothing else; no commits, no ordering per id, no dead
 letters. Its CPU per record is what the flow's guarantees and scaffolding are measured

@@ -13,7 +13,7 @@ small for an end-to-end run to resolve (docs/benchmarks.md):
 - the example configuration's nine transforms (`small-transforms`' records): the processor
   with and without them, beside a plain reference for the same edits (decode, the nine
   edits written inline for these records, encode), which must give the flow's documents:
-  what issue 14's `small-transforms` target can and cannot reach.
+  what the `small-transforms` target (docs/benchmarks.md) can and cannot reach.
 
 CPU µs per record or answer item, the best of several rounds:
 

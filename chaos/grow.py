@@ -1,4 +1,4 @@
-"""Partitions added to the topic while the flow runs (`grow` mode, review finding F11).
+"""Partitions added to the topic while the flow runs (`grow` mode).
 
 Once the attempt after kill number `at_kill` is reading, `grow()` adds `add` partitions
 (AdminClient.create_partitions) and produces the second part of the workload

@@ -106,7 +106,7 @@ MODES: dict[str, Mode] = {
     m.name: m
     for m in (
         # 9w: more workers than the default 8 sink partitions, so the next 1w resumes a
-        # store with more sink partitions than it lists (review finding F8).
+        # store with more sink partitions than it lists, which it must still list.
         Mode("recovery", recovery=True, layouts=("1w", "3w", "2p", "1w", "9w")),
         Mode(
             "offsets",

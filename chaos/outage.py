@@ -1,4 +1,4 @@
-"""SIGTERM while Elasticsearch is unreachable (review finding F6).
+"""SIGTERM while Elasticsearch is unreachable.
 
 The harness cuts the proxy between the flow and Elasticsearch (`chaos.proxy`: `refuse`
 like a node that is down, `blackhole` like a network partition), lets bulks fail or hang

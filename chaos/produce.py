@@ -3,9 +3,9 @@
 With `txn_share` > 0 the records go out in segments, in order: a segment is either plain
 (idempotent producer) or one committed transaction, and between segments, at random, an
 aborted transaction of extra records (`chaos.workload.aborted_records`) is written; the
-workload always ends with an aborted transaction, so the log ends with an abort marker
-(review finding F9: a partition whose last offset is a control record must still finish
-under KAFKA_STOP_AT_END). Every record's offset comes from its delivery report (aborted
+workload always ends with an aborted transaction, so the log ends with an abort marker (a
+partition whose last offset is a control record must still finish under
+KAFKA_STOP_AT_END). Every record's offset comes from its delivery report (aborted
 ones too: the producer flushes before aborting), so the audit knows which coordinates no
 consumer may ever see. Control records take offsets too: the end offsets the flow must
 commit are the broker's, read after producing, not the last record's offset + 1.

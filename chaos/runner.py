@@ -16,8 +16,8 @@ a `forced` number are fixed in advance, the rest drawn at random:
 * `outage` / `outage2` (forced): at a random moment cut Elasticsearch off and SIGTERM
   once or twice (`chaos.outage`).
 * `after-bad` (ERRORS_TOLERANCE=none, once the flow has stopped on its bad record): kill
-  0-1.5 epochs after the processor logs that it holds a failed record, the window of
-  review finding F1.
+  0-1.5 epochs after the processor logs that it holds a failed record: the window in
+  which a snapshot could pass a record the processor has not examined.
 
 The window adapts so the kills spread over the whole backfill: 0.8 x the remaining records
 over the measured throughput, divided by the kills still to do (+1). In a multi-process
@@ -301,7 +301,7 @@ class Chaos:
         ):
             # ERRORS_TOLERANCE=none: the second half of the kills comes just after the flow
             # meets its bad record; the first such moments (before a clean stop stored the
-            # record's offset) are where review finding F1 lost records.
+            # record's offset) are where a snapshot could pass a record not yet examined.
             return self.rng.choices(("startup", "after-bad"), (1, 6))[0]
         if self.faults is not None and self.faults.late and self.rng.random() < 0.5:
             return "late"

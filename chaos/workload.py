@@ -294,8 +294,9 @@ def generate_strict(records: int, seed: int, partitions: int = PARTITIONS) -> li
     kinds = sorted(BAD_KINDS)
     early = [k for k in kinds if BAD_KINDS[k][0] in PROCESSOR_STAGES]
     late = [k for k in kinds if BAD_KINDS[k][0] not in PROCESSOR_STAGES]
-    # Two thirds of the time the first failure is one the processor sees (the F1 window:
-    # held, then raised an epoch later), else one only Elasticsearch refuses.
+    # Two thirds of the time the first failure is one the processor sees (held, then
+    # raised an epoch later: a snapshot must not pass it), else one only Elasticsearch
+    # refuses.
     plans[good[first]].kind = rng.choice(early if rng.random() < 2 / 3 else late)
     second = min(first + rng.randint(1, 5), len(good) - 1)
     if second > first:

@@ -1,6 +1,6 @@
 """Kafka partitions that appear or disappear between and during executions.
 
-Bytewax lists a source's partitions once per execution (review finding F11), so a
+Bytewax lists a source's partitions once per execution, so a
 partition added to a topic, or a new topic matching KAFKA_TOPICS_REGEX, would be read only
 after a restart by hand, and from `latest` it would skip what was written to it before.
 Here:
@@ -29,8 +29,8 @@ Here:
   partition and partitions added while running stop the flow (`VERSION_FIX`); a start
   also refuses a recreated or truncated topic (`check_start`).
 - a partition a recovery store holds but this run does not read (topic no longer
-  configured) must still be listed, or Bytewax cannot resume (review finding F8): it
-  becomes a `RetiredPartition`.
+  configured) must still be listed, or Bytewax cannot resume from the store: it becomes
+  a `RetiredPartition`.
 """
 
 from __future__ import annotations

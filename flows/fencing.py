@@ -2,9 +2,9 @@
 
 The source `assign()`s its partitions and commits as a "simple consumer" (generation -1),
 so Kafka itself fences nothing: a rolling update's overlap, a process that only looked
-dead, or a second cluster with the same group would all write and commit (review design
-weakness 6). The group's commits are the one place every instance already reads and
-writes, so they carry the ownership too. Every commit's metadata names its committer:
+dead, or a second cluster with the same group would all write and commit. The group's
+commits are the one place every instance already reads and writes, so they carry the
+ownership too. Every commit's metadata names its committer:
 
     es-sink partitions=4 owner=5f0c9a1e2b7d gen=3 since=1767225600000 lease=80 host=h pid=7
 

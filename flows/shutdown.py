@@ -11,10 +11,10 @@ not committed is read again by the next run.
 
 Why a signal thread: Bytewax workers can be blocked inside a sink's `snapshot()` waiting
 for a bulk that retries, and with several workers the main thread sits in Bytewax's Rust
-code joining them, so a Python handler on the main thread may never run (review finding
-F6). The signals are blocked in every thread and received by one thread of ours with
-`sigwait`, which runs whatever the other threads are doing. A Python-level handler stays
-installed for threads started before `install()` (they do not inherit the mask).
+code joining them, so a Python handler on the main thread may never run. The signals are
+blocked in every thread and received by one thread of ours with `sigwait`, which runs
+whatever the other threads are doing. A Python-level handler stays installed for threads
+started before `install()` (they do not inherit the mask).
 """
 
 from __future__ import annotations

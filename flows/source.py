@@ -210,7 +210,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             topic, partition, self._next, origin, high,
         )  # fmt: skip
         self._lag = metrics.CONSUMER_LAG.labels(topic, str(partition))
-        # The offset after the last record emitted; the processor examines it later (F1).
+        # The offset after the last record emitted; the processor examines it later, and a
+        # snapshot never passes a record the processor has not examined (flows.halt).
         self._emitted = self._next
         halt.start(topic, partition, self._next)
         self._out_of_log: int | None = None  # the broker's position that left the log

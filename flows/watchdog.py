@@ -1,7 +1,7 @@
 """A stalled cluster ends instead of hanging: with two or more processes, a peer that stops
 answering (its host's link cut, the process frozen) stalls every epoch of the cluster, and
-Bytewax neither notices nor exits (issue 15: three processes sat for minutes, silent). A
-supervisor can only restart what stops.
+Bytewax neither notices nor exits: the processes sit silent for as long as the peer is
+away. A supervisor can only restart what stops.
 
 Every few seconds this thread looks at the time since this process's last snapshot. When
 no epoch closed for CLUSTER_STALL_S, it does not yet blame anyone: an Elasticsearch outage

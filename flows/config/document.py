@@ -306,8 +306,8 @@ def _dotted(prefix: str, value: str) -> bool:
 def _check_deletes_can_find(s: DocumentSettings, why: str, instead: str) -> None:
     """ON_NULL_VALUE=delete: a tombstone must name the index, id and routing of the document
     it deletes. It has no fields and its own timestamp, so anything derived from those would
-    send the delete elsewhere, where Elasticsearch answers 404 and the document stays
-    (review finding F3). Refused at start rather than silently doing nothing. The deletes of
+    send the delete elsewhere, where Elasticsearch answers 404 and the document stays.
+    Refused at start rather than silently doing nothing. The deletes of
     the debezium transform are checked the same way (`why` says which; `instead` is the
     setting that avoids the deletes)."""
     if s.doc_id != "key":
@@ -337,7 +337,7 @@ def _check_deletes_can_find(s: DocumentSettings, why: str, instead: str) -> None
 def _check_offsets_comparable(s: DocumentSettings) -> None:
     """VERSION=offset uses the Kafka offset as the document version, and offsets are ordered
     only within one partition: wherever one document can receive writes from two partitions,
-    a newer write loses to an older one and the 409 counts as done (review finding F5). What
+    a newer write loses to an older one and the 409 counts as done. What
     the settings show is refused here; what only Kafka shows (partitions added, a recreated
     topic) is refused by the source."""
     why = (

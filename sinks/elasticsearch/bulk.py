@@ -236,7 +236,7 @@ DONE = Verdict(all_written=True)
 
 class Call:
     """What one write of a chunk learns across its attempts and 413 splits: one account,
-    so every failed record is dead-lettered once (review F2)."""
+    so every failed record is dead-lettered once."""
 
     __slots__ = ("last_warning", "missing", "not_found", "rejected", "retries", "tries")
 

@@ -193,9 +193,9 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
 
         Bytewax (0.21.1, checked) calls close() after the last snapshot() at a clean end of
         input, when nothing is buffered, and also while unwinding after any error in the
-        flow, when sending would only delay the stop or block it (review, design weakness
-        10). Whatever is still buffered then was never committed: the next run reads it
-        again. The shared client stays open.
+        flow, when sending would only delay the stop or block it. Whatever is still
+        buffered then was never committed: the next run reads it again. The shared client
+        stays open.
         """
         self._broken = True  # the linger ticker must not send it either
         _LIVE.discard(self)
@@ -270,7 +270,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         if it is at least this partition's share of the budget; otherwise wait until bulks
         in flight are written (back-pressure). Sending whatever was buffered made every
         write a tiny bulk once in-flight bulks alone filled the budget (4 x 8 MiB > 24 MiB
-        with the defaults: review, design weakness 8)."""
+        with the defaults)."""
         if self._bytes >= self._held.share(self._max_bytes):
             self._dispatch()
         else:
@@ -352,7 +352,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
 
     def _send(self, actions: list[Action]) -> None:
         """Write `actions` until each is done or failed for good, then account every failed
-        record once, whichever attempt or 413 split found it (review F2)."""
+        record once, whichever attempt or 413 split found it."""
         call = bulk.Call(self._backoff.start(self._clock, self._rand))
         self._write(actions, call)
         bad = call.failed_records(actions)
@@ -458,7 +458,7 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
 
     def _account(self, actions: list[Action], bad: dict[int, DeadLetter]) -> None:
         """Apply the error policy to the failed records, in request order. A record counts
-        once however many of its actions (fan-out) were sent or failed (review F13)."""
+        once however many of its actions (fan-out) were sent or failed."""
         policy = self._policy
         if not bad:
             policy.end_batch(len(actions), 0, 0)

@@ -53,9 +53,10 @@ def stop_on(key: tuple[str, int], peers: Sequence[Peer], bulks: Bulks) -> Record
     """The error to stop on, for a refused record of Kafka partition `key`: first every free
     peer sends its buffer, then the busy ones once free (within REFUSAL_WAIT_S), then the
     process's bulks in flight are waited for (REFUSAL_WAIT_S again): one of them may refuse
-    an earlier record of `key` (review F13). A peer still busy is asked again after each
-    step of that wait, and what it then sends is waited for too: its buffer may hold an
-    earlier record behind the bulk that kept it busy (a tail kept at BULK_MAX_ACTIONS)."""
+    an earlier record of `key`, and the flow must stop on the earliest. A peer still busy
+    is asked again after each step of that wait, and what it then sends is waited for
+    too: its buffer may hold an earlier record behind the bulk that kept it busy (a tail
+    kept at BULK_MAX_ACTIONS)."""
     now = time.monotonic()
     busy = [p for p in peers if not p.send_before_stop(now)]
     deadline = now + REFUSAL_WAIT_S
