@@ -1,5 +1,5 @@
 """Bytewax 0.21.1 alone: what a second process costs in CPU per item when none of this
-project's code runs (docs/benchmarks.md, "Two processes, Bytewax alone").
+project's code runs (docs/benchmarks.md, "Where the CPU goes").
 
 A synthetic dataflow shaped like `flows.es_sink`: a FixedPartitionedSource of 8
 partitions that hands out ready-made items in batches (the Kafka consumer's part), a

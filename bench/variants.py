@@ -2,7 +2,7 @@
 
 Each variant runs on its own dataset topic, side by side with its own ceiling (which
 indexes the same documents the flow must end up with), and reports rows of the same JSON
-shape with `variant` set to its name (docs/benchmarks.md, "Variants"):
+shape with `variant` set to its name (docs/benchmarks.md, "What runs"):
 
 - `small`, `large`: clean JSON, ~200 B / ~2 KB, 8 partitions, every system, latency runs;
 - `small-dlq5`: 5% bad records of the fuzz suite's kinds, ERRORS_TOLERANCE=all, a dead-letter
