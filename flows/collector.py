@@ -1,20 +1,19 @@
 """Python's cyclic garbage collector, run on a clock instead of on allocation counts.
 
-With its default thresholds the collector runs every 700 container allocations, and each
-run walks the young objects still alive: here the actions and records waiting in the sink
-buffers. Measured on a 1,000,000-record backlog (scripts/bench, flow-1w): 10.9 µs of CPU
-per record with the defaults, 8.0 with a 100,000 threshold, 6.6 with automatic collection
-off. Almost everything in the pipeline is freed by reference counting; a full collection
-every GC_INTERVAL_S seconds finds what cycles remain (user transforms, exceptions), so
-memory stays bounded.
+With its default thresholds the collector runs every 700 container allocations, and each run
+walks the young objects still alive: here the actions and records waiting in the sink
+buffers, a large share of the flow's CPU under a backlog (docs/benchmarks.md, "Figures
+behind the code"). Almost everything in the pipeline is freed by reference counting; a full
+collection every GC_INTERVAL_S seconds finds what cycles remain (user transforms,
+exceptions), so memory stays bounded.
 
 A full collection still walks everything the sink buffers hold, an action and its message
-per record: ~150,000 objects with full buffers of small records, 0.06-0.24 s of CPU each,
-~4% of the flow's CPU at 10 s (docs/benchmarks.md, 2026-12-05, third session), and in
-runs with dead letters and transforms none of them found any garbage. So after a
-collection that finds none the clock waits twice as long, up to GC_INTERVAL_MAX_S (40 s by
-default: the longest a new garbage cycle waits); a collection that finds some brings it
-back to GC_INTERVAL_S, so garbage made at a steady rate is collected at that interval.
+per record: a measurable share of the flow's CPU at 10 s, and in runs with dead letters and
+transforms none of them found any garbage (docs/benchmarks.md, "Figures behind the code").
+So after a collection that finds none the clock waits twice as long, up to GC_INTERVAL_MAX_S
+(40 s by default: the longest a new garbage cycle waits); a collection that finds some
+brings it back to GC_INTERVAL_S, so garbage made at a steady rate is collected at that
+interval.
 """
 
 from __future__ import annotations

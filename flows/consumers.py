@@ -1,11 +1,12 @@
 """One librdkafka consumer per Bytewax worker, shared by all of that worker's partitions.
 
 A consumer per Kafka partition costs each partition its own fetch requests (in live mode
-every one of them fetches as soon as a record arrives: ~60 µs of broker CPU per record
-with 8 partitions), about four threads and its own prefetch budget (120 partitions: 489
-threads, 574 MB). Bytewax calls every source partition of a worker from that worker's
-thread, so one consumer per thread can serve them all: a partition reading consumes for
-everybody, and each record goes to the queue of the partition it belongs to.
+every one of them fetches as soon as a record arrives, which costs the broker more CPU per
+record than the flow spends), about four threads and its own prefetch budget, so threads and
+memory grow with the partition count (docs/benchmarks.md, "Figures behind the code").
+Bytewax calls every source partition of a worker from that worker's thread, so one consumer
+per thread can serve them all: a partition reading consumes for everybody, and each record
+goes to the queue of the partition it belongs to.
 
 Memory stays bounded without pausing a partition that merely reads slower than the
 others (a pause drops what librdkafka prefetched for it, which would then be fetched
@@ -55,10 +56,10 @@ FETCH = {
     "fetch.wait.max.ms": 50,
 }
 """How a worker's consumer fetches, beside librdkafka's defaults: it prefetches up to 64 MB
-per consumer by default, bounded here to keep memory flat. Its queued.min.messages
-(100,000) stays: 5,000 made one consumer fetch 300,000 records in 9.3 s instead of 2.2. A
-fetch waits for 64 KiB or 50 ms: at 7,400 records/s the broker otherwise answered every few
-records (docs/benchmarks.md, "One consumer per worker"). `bench.loop --floor` fetches the
+per consumer by default, bounded here to keep memory flat. Its queued.min.messages (100,000)
+stays: a lower one made a consumer that serves many partitions fetch several times slower. A
+fetch waits for 64 KiB or 50 ms: at a moderate rate the broker otherwise answers every few
+records (docs/benchmarks.md, "Figures behind the code"). `bench.loop --floor` fetches the
 same way."""
 
 READY_BATCHES = 2

@@ -11,7 +11,7 @@ to Elasticsearch as it arrived (`flows.decode.json.RawObjects`), and when its ke
 ASCII string (KEY_FORMAT=string) no `Record` is made for it: its action keeps the
 consumed message (`sinks.model.Action.origin`). Where that key is the id, the loop writes
 the action's bytes and places it itself (`ActionBuilder.key_id_head`): the calls it saves
-were ~0.5 µs of a small record's ~2.6 in `bench.micro`.
+are a fifth of a small record's processing (docs/benchmarks.md, "Figures behind the code").
 
 A document goes to the sink partition where Kafka's partitioner would put its id as a key
 (`sink_partition`, ES_SINK_ROUTING_HASH): when the ids are the string keys and the sink
@@ -63,7 +63,7 @@ def sink_partition(doc_id: str, partitions: int, routing_hash: str) -> int:
 
     `murmur2` places it as the Java client's default partitioner places a key (its hash's
     31 low bits, modulo the count), `crc32` as librdkafka's `consistent_random` does.
-    `Processor` inlines this twice for speed (a call is ~0.1 µs a record): on an ASCII
+    `Processor` inlines this twice, to save a Python call per record: on an ASCII
     key's bytes, and on any other id; the tests hold both to librdkafka's partitioners."""
     key = doc_id.encode()
     if routing_hash == "murmur2":

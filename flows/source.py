@@ -203,7 +203,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             self._announce()
         # Assigned at the first read, once the worker built all its partitions: the
         # look-ups above would otherwise queue behind the fetches of those built before
-        # (120 partitions: 10.5 s to the first document instead of 2).
+        # and delay the first document (docs/benchmarks.md, "Figures behind the code").
         self._assigned = False
         logger.info(
             "source partition %s/%d starts at offset %d (%s); log end %d",

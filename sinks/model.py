@@ -128,9 +128,9 @@ class Action:
     data: bytes
     origin: Record | KafkaMessage
     """The record it came from: a `Record`, or the consumed message itself where none was
-    made (the common case in `flows.process`: a `Record` per record cost ~0.5 µs there,
-    and the sink needs one only for a dead letter, or to pickle the action for another
-    process). Group a record's actions by `id(origin)`, never by `id(record)`: a
+    made (the common case in `flows.process`: a `Record` per record was a fifth of its
+    time there, and the sink needs one only for a dead letter, or to pickle the action for
+    another process). Group a record's actions by `id(origin)`, never by `id(record)`: a
     message's `record` is a new object each time."""
 
     @property
@@ -141,19 +141,19 @@ class Action:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its constructor's arguments: actions cross Bytewax's exchange between
         processes, and the default (`copyreg.__newobj__` and a dict of slot names per
-        object, set back one by one) made dumps + loads of a small action 6.9 µs instead
-        of 3.7 here. These classes are not meant to be subclassed: a subclass's own fields
-        would not be pickled."""
+        object, set back one by one) took almost twice as long for a small action. These
+        classes are not meant to be subclassed: a subclass's own fields would not be
+        pickled."""
         return (type(self), (self.id, self.data, self.record))
 
 
 class Actions(list[Action]):
     """The actions one batch sends to one sink partition: the item that crosses Bytewax's
     exchange. Pickled as columns (ids, bodies, and each `Record` field as a list), not as
-    one reduce per action and per record: dumps + loads of 500 small actions take 0.8 µs
-    per action instead of 1.7, and with 2 processes half the actions cross. Actions that
-    kept their message give its fields straight into the columns: through a `Record`
-    each would cost ~0.5 µs more."""
+    one reduce per action and per record, which takes twice as long, and with 2 processes
+    half the actions cross. Actions that kept their message give its fields straight into
+    the columns: through a `Record` each would cost more (docs/benchmarks.md, "Figures
+    behind the code")."""
 
     __slots__ = ()
 
@@ -163,8 +163,7 @@ class Actions(list[Action]):
         head = ([a.id for a in self], [a.data for a in self])
         if not any(issubclass(k, Record) for k in kinds):  # messages (`flows.process`)
             # `record_of`'s conversion, as columns: through a function per message
-            # (`zip(*map(...))`) it measured slower: up to 0.3 µs a small crossing action,
-            # 0.4-1.1 a large one, in one noisy run.
+            # (`zip(*map(...))`) it measured slower, for small and large actions.
             msgs = cast(list[KafkaMessage], origins)
             stamps = [m.timestamp() for m in msgs]
             headers = [m.headers() for m in msgs]

@@ -10,15 +10,14 @@ float is a `DecodeError`.
 
 Why a direct read: per record, `AvroDeserializer` resolves the subject, looks up and parses
 the writer schema in its caches, expands the schema and collects its inline tags for
-data-contract rules, whether the schema has rules or not: ~10 µs a record on top of
-fastavro's own ~3.5 µs for the bench's 200-byte record (docs/benchmarks.md, the changes
-of 2026-12-02). It
-also keeps the record's key for rule actions, which need rules. Where the writer schema
-is a record with no references and no domain or encoding rules, and nothing but the
-payload's prefix names it, all it does is `schemaless_reader(payload, writer, writer)`; for
-such records that call is made here, with the schema it parsed. The first record of each
-topic and schema id, and every other record, go through `AvroDeserializer`, which fetches
-the schema and raises what it raises (flows.decode.registry classifies it).
+data-contract rules, whether the schema has rules or not: about three times what fastavro's
+own read of the record costs (docs/benchmarks.md, "Figures behind the code"). It also keeps
+the record's key for rule actions, which need rules. Where the writer schema is a record
+with no references and no domain or encoding rules, and nothing but the payload's prefix
+names it, all it does is `schemaless_reader(payload, writer, writer)`; for such records that
+call is made here, with the schema it parsed. The first record of each topic and schema id,
+and every other record, go through `AvroDeserializer`, which fetches the schema and raises
+what it raises (flows.decode.registry classifies it).
 """
 
 from __future__ import annotations

@@ -63,11 +63,12 @@ def build_json(settings: Settings, is_value: bool) -> Decoder:
 class IntsChecked(NamedTuple):
     """The `json` value decoder with its 64-bit integer check left to the caller.
 
-    The check (`check_ints`) reads every byte of the value: ~0.5 µs of a 200-byte
-    record's ~4 and ~2.5 of a 2 KB one's ~10. orjson reads an integer beyond 64 bits as a
-    float of magnitude 2**63 or more, and orjson (or `json`) writes such a float with an
-    exponent, `e+18` or more. A caller that encodes the decoded document whole, unchanged,
-    need only call `check(value)` when the encoding holds a `+`: a byte search at C speed.
+    The check (`check_ints`) reads every byte of the value: an eighth of a small record's
+    processing, a quarter of a 2 KB one's (docs/benchmarks.md, "Figures behind the
+    code"). orjson reads an integer beyond 64 bits as a float of magnitude 2**63 or
+    more, and orjson (or `json`) writes such a float with an exponent, `e+18` or more. A
+    caller that encodes the decoded document whole, unchanged, need only call `check(value)`
+    when the encoding holds a `+`: a byte search at C speed.
 
     One difference, accepted: an integer beyond 64 bits under a key that a later duplicate
     key replaces is not in the decoded document (orjson keeps the last), so its encoding
@@ -98,12 +99,12 @@ thread lives, where orjson's memory goes with each document."""
 class RawObjects:
     """Which JSON values can be a `_bulk` source line exactly as they arrived.
 
-    Without transforms, and when the action reads no field of the document (ids from the
-    key or the coordinates, no routing field: `ActionBuilder.takes_raw_sources`), the flow
-    needs a value only to know that the `json` decoder accepts it as an object. simdjson
-    validates without building the dict, and the bytes need no encoding: on the bench's
-    records 0.45 µs against orjson's 1.6 (decode + encode) for ~200 bytes, 1.2 against 6.2
-    for ~2 KB.
+    Without transforms, and when the action reads no field of the document (ids from the key
+    or the coordinates, no routing field: `ActionBuilder.takes_raw_sources`), the flow needs
+    a value only to know that the `json` decoder accepts it as an object. simdjson validates
+    without building the dict, and the bytes need no encoding: on the bench's records a
+    quarter to a fifth of orjson's decode + encode (docs/benchmarks.md, "Figures behind the
+    code").
 
     `accepts(value)` says yes only to bytes that start with `{`, hold no newline (the
     `_bulk` body is NDJSON), are at most RAW_MAX_BYTES long and that simdjson parses.
@@ -137,8 +138,8 @@ class RawObjects:
 
 def _raw_object_check(parse: Callable[[bytes], Any]) -> Callable[[bytes], bool]:
     def accepts(value: bytes) -> bool:
-        # `0x0A in value` is memchr; `b"\n" in value` (a substring search) took 0.2 µs
-        # more per small value, and the slice 0.03 more than the index.
+        # `0x0A in value` is memchr; `b"\n" in value` is a substring search, measurably
+        # slower per small value, and `value[0]` is cheaper than a slice.
         if not value or value[0] != 0x7B or 0x0A in value:  # `{`, a newline
             return False
         try:

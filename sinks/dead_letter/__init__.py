@@ -67,8 +67,7 @@ UNCONFIRMED_BYTES = 16 * 1024 * 1024
 class _DeadLetterPartition(StatefulSinkPartition[DeadLetter, None]):
     """Produces as batches come; the epoch's end waits for Kafka's confirmations, as the
     Elasticsearch sink's does for its bulks, so the worker does not wait on the broker for
-    every batch that holds a dead letter (docs/benchmarks.md, "Dead letters confirmed at
-    the epoch's end")."""
+    every batch that holds a dead letter (docs/benchmarks.md, "Figures behind the code")."""
 
     def __init__(self, producer: DeadLetterProducer) -> None:
         self._producer = producer
