@@ -6,6 +6,10 @@ A repository path is a word that starts with a top-level directory of the reposi
 must exist as written. A path that goes on into a placeholder (`docs/bench/{name}.json`,
 `flows/decode/<format>.py`, `tests/unit/test_*.py`) needs its directory to exist. Relative
 Markdown links resolve from the page that holds them.
+
+Outside the tests, they also name no tracker ids or work sessions ("review F2", "issue 15",
+"design weakness 8", "sixth session"): a newcomer cannot look those up, so the text gives
+the reason instead.
 """
 
 from __future__ import annotations
@@ -69,8 +73,6 @@ def prose(path: Path) -> Iterator[tuple[int, str]]:
     """(line, text) of what a reader reads as words: a page's lines, a module's docstrings
     (any string statement, so attribute docstrings too) and comments, a script's comments."""
     text = path.read_text()
-    if not PATH.search(text) and not LINK.search(text):
-        return  # most modules name no path: no need to read them closely
     if path.suffix == ".md" or path.name == "Dockerfile":
         yield from enumerate(text.splitlines(), 1)
     elif _is_python(path):
@@ -133,6 +135,8 @@ def anchors(page: Path) -> frozenset[str]:
 
 
 def problems(path: Path) -> Iterator[str]:
+    if not PATH.search(text := path.read_text()) and not LINK.search(text):
+        return  # most modules name no path: no need to read them closely
     for n, line in prose(path):
         names = []
         if path.suffix == ".md":
@@ -180,3 +184,45 @@ def test_a_link_needs_its_page_and_heading(tmp_path: Path) -> None:
         "#runs-2",
     ]
     assert list(broken_links(page, "[web](https://example.com/x.md#y)")) == []
+
+
+TRACKER = re.compile(
+    r"\b(?:review(?: finding|,? design weakness)? ?F?\d+|[Ii]ssue \d+|design weakness \d+"
+    r"|[FW]\d{1,2}|(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth) session)\b"
+)
+"""A finding of a past review, an item of an issue tracker, a work session: not upstream
+bug numbers, which name their project (`librdkafka issue #5301`)."""
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in SOURCES if p.relative_to(ROOT).parts[0] != "tests"],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_no_tracker_ids(path: Path) -> None:
+    if not TRACKER.search(path.read_text()):
+        return
+    found = [f"{n}: {m.group()}" for n, line in prose(path) for m in TRACKER.finditer(line)]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "(review finding F8)",
+        "issue 15, item 3",
+        "review, design weakness 8",
+        "the F1 window",
+        "(2026-12-05, sixth session)",
+        "Issue 14's targets",
+    ],
+)
+def test_what_counts_as_a_tracker_id(line: str) -> None:
+    assert TRACKER.search(line)
+
+
+@pytest.mark.parametrize(
+    "line", ["librdkafka issue #5301", "elasticsearch-py issues 2923, 2927", "F-strings", "F"]
+)
+def test_what_does_not(line: str) -> None:
+    assert not TRACKER.search(line)
