@@ -1,4 +1,4 @@
-"""Which interfaces a flow process listens on (issue 15, item 3).
+"""Which interfaces a flow process listens on.
 
 `bytewax.run` has no TLS or authentication for the links between the processes of a
 cluster: whoever reaches a cluster port talks to the cluster. So the port must be bound to

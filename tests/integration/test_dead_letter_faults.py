@@ -62,7 +62,7 @@ def test_dead_letter_over_the_topic_limit_stops_the_flow_until_the_limit_is_rais
     services, es, names, tmp_path
 ):
     """A dead letter larger than the topic's max.message.bytes was retried forever, holding
-    back every commit (review, design weakness 3). It now stops the flow with one line
+    back every commit. It now stops the flow with one line
     naming DLQ_TOPIC, the record and the limit, nothing committed past it; once the
     operator raises the limit, a rerun delivers it and finishes."""
     topic, dlq = names("src"), names("dlq")

@@ -1,4 +1,4 @@
-"""Tombstone deletes reach the document they delete, or the flow refuses to start (F3), and
+"""Tombstone deletes reach the document they delete, or the flow refuses to start, and
 the deletes that find nothing are counted.
 
 Against the real broker and a 3-shard index on the real node: a delete without the routing

@@ -1,4 +1,4 @@
-"""Issue 15 item 4: an Elasticsearch rolling restart under load.
+"""An Elasticsearch rolling restart under load.
 
 A cluster of its own from scripts/stack: two data nodes and a small master-only third node
 (with only two master-eligible nodes, restarting the one in the voting configuration leaves

@@ -1,4 +1,4 @@
-"""A full disk under the recovery directory (issue 15, item 6), on a 4 MiB tmpfs.
+"""A full disk under the recovery directory, on a 4 MiB tmpfs.
 
 The flow stops with one line naming the directory and the error, the group's committed
 offsets never pass what the recovery store holds, and once space is freed the next run

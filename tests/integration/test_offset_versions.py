@@ -1,4 +1,4 @@
-"""VERSION=offset where offsets of different partitions meet one document is refused (F5).
+"""VERSION=offset where offsets of different partitions meet one document is refused.
 
 Against the real broker and node: two topics into one index, one key. The newer write comes
 from the topic with the smaller offset, so under external versioning it used to get a 409,

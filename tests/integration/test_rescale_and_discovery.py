@@ -1,6 +1,6 @@
-"""Rescaling over a recovery store (review finding F8), partitions and topics that appear
-while the flow runs (F11), and VERSION=offset where only Kafka shows the offsets stopped
-ordering a document's writes (F5), against the real broker and node."""
+"""Rescaling over a recovery store, partitions and topics that appear while the flow runs,
+and VERSION=offset where only Kafka shows the offsets stopped ordering a document's writes,
+against the real broker and node."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(30)
 
 
-# -- F8: a store resumes with fewer workers, processes and topics
+# -- a store resumes with fewer workers, processes and topics
 
 
 def test_store_of_10_workers_resumes_with_1_worker(services, es, names, tmp_path):
@@ -188,7 +188,7 @@ def test_store_of_2_processes_resumes_in_1_process(services, es, names, tmp_path
     assert set(search_all(es, topic)) == {f"k{i}" for i in range(500)}
 
 
-# -- F11: partitions and topics that appear while running
+# -- partitions and topics that appear while running
 
 
 def _live(env: dict[str, str]) -> dict[str, str]:
@@ -368,7 +368,7 @@ def _ends(kafka: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-# -- F5: VERSION=offset where Kafka shows that offsets no longer order a document's writes
+# -- VERSION=offset where Kafka shows that offsets no longer order a document's writes
 
 
 def _versions(n: int, start: int = 1) -> list[tuple[bytes, bytes]]:
@@ -441,7 +441,7 @@ def test_version_offset_stops_when_a_topic_of_two_partitions_appears_while_runni
 
 
 def test_version_offset_refuses_a_topic_that_got_partitions_while_stopped(services, es, names):
-    # The review's black-box test: x -> v1..v100, 2 partitions, x -> v101 on partition 1.
+    # From the outside: x -> v1..v100, 2 partitions, x -> v101 on partition 1.
     topic = names("voffstop")
     create_topic(services.kafka, topic)
     produce(services.kafka, topic, _versions(100))

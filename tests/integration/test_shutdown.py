@@ -1,4 +1,4 @@
-"""Stopping during an Elasticsearch outage (review finding F6), against the real broker.
+"""Stopping during an Elasticsearch outage, against the real broker.
 
 Elasticsearch is replaced by a blackhole on 127.0.0.1 that accepts connections and never
 answers, so the sink's bulks hang and retry: the case where an operator's SIGTERM used to

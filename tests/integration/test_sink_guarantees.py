@@ -1,8 +1,7 @@
-"""The Elasticsearch sink's guarantees against the real broker and node (review F2, F4, F7,
-design weakness 4): every refused record reaches the dead-letter topic or stops the flow on
-every code path, a retry never applies an older write over a newer one, a write-blocked
-index is a record failure rather than a stall, and a missing index or privilege stops the
-flow as a configuration error.
+"""The Elasticsearch sink's guarantees against the real broker and node: every refused
+record reaches the dead-letter topic or stops the flow on every code path, a retry never
+applies an older write over a newer one, a write-blocked index is a record failure rather
+than a stall, and a missing index or privilege stops the flow as a configuration error.
 
 Where Elasticsearch cannot be made to answer as needed (an item 429 then a 413, a
 rejection of one item before the shard, a missing privilege without security enabled), a
@@ -52,7 +51,7 @@ def _env(topic: str, **extra: str) -> dict[str, str]:
     return {"KAFKA_TOPICS": topic, "KAFKA_GROUP_ID": topic, **extra}
 
 
-# ------------------------------------------------------------------------------ F2
+# ------------------------------------------------- every refused record accounted once
 
 
 def test_a_rejection_before_a_413_split_reaches_the_dead_letter_topic(services, es, names):
@@ -103,7 +102,7 @@ def test_a_rejection_before_a_413_split_reaches_the_dead_letter_topic(services, 
     assert committed_offsets(services.kafka, topic, topic) == {0: 4}
 
 
-# ------------------------------------------------------------------------------ F4
+# ------------------------------------------- a retried write never lands over a later one
 
 
 def _first_pair_fails(seen: dict[str, int]) -> Any:
@@ -215,7 +214,7 @@ def test_a_timed_out_bulk_is_retried_only_once_elasticsearch_is_done_with_it(
     assert len(requests) >= 3, requests  # the timed-out one, its retry, then v2
 
 
-# ------------------------------------------------------------------------------ F7
+# ---------------------------------------------- a write-blocked index is a record failure
 
 
 def _produce_at(kafka: str, topic: str, messages: list[tuple[bytes, bytes, int]]) -> None:
@@ -275,7 +274,7 @@ def test_a_write_blocked_index_stops_the_flow_under_tolerance_none(services, es,
     assert committed_offsets(services.kafka, topic, topic)[0] <= 0
 
 
-# ------------------------------------------------------------------- design weakness 4
+# -------------------------------------- a missing index or privilege is a configuration error
 
 
 def _auto_create(es: Any, value: str | None) -> str | None:

@@ -648,7 +648,7 @@ def test_secrets_empty_without_credentials() -> None:
 def test_deletes_that_cannot_find_their_document_are_refused(
     env: dict[str, str], named: str
 ) -> None:
-    """F3: a tombstone has no fields and its own timestamp; these deletes would miss."""
+    """A tombstone has no fields and its own timestamp; these deletes would miss."""
     message = error_for(ON_NULL_VALUE="delete", **env)
     assert message.startswith(f"{named}: ")
     assert "ON_NULL_VALUE=delete" in message or "deletes" in message
@@ -691,7 +691,7 @@ def test_deletes_that_find_their_document_are_accepted(tmp_path: Path) -> None:
     ],
 )
 def test_offset_versions_across_partitions_are_refused(env: dict[str, str]) -> None:
-    """F5: offsets are ordered only within a partition."""
+    """Offsets are ordered only within a partition."""
     message = error_for(VERSION="offset", **env)
     assert message.startswith("VERSION: VERSION=offset orders writes by Kafka offset")
     assert "VERSION=none" in message

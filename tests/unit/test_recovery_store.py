@@ -1,5 +1,5 @@
 """Reading the keys of a real Bytewax 0.21.1 recovery store, and resuming one written with
-more sink partitions than the run lists (review finding F8)."""
+more sink partitions than the run lists."""
 
 from __future__ import annotations
 

@@ -257,7 +257,7 @@ def test_policy_error_pickles_with_its_message() -> None:
     assert "orders/3@9" in str(back)
 
 
-# ------------------------------------------- one policy shared by worker threads (F13)
+# ----------------------------------------------------- one policy shared by worker threads
 
 
 def test_concurrent_batches_of_failures_extend_one_run() -> None:

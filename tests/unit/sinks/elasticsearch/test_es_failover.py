@@ -1,5 +1,5 @@
 """The item errors a shard's failover can answer during an Elasticsearch node restart are
-retried, never dead letters (issue 15 item 4). In tests/integration/test_es_rolling_restart.py
+retried, never dead letters. In tests/integration/test_es_rolling_restart.py
 no item failed at all (the stopped node's bulks failed as connection errors and went to the
 other host); these are the errors Elasticsearch would give if a request reached a node or a
 shard copy that was going away (statuses as the server's exception classes set them)."""

@@ -897,7 +897,7 @@ def test_snapshot_puts_every_idle_partition_of_its_worker_in_flight_before_waiti
 
 def test_close_sends_nothing_and_leaves_the_shared_client_open() -> None:
     """Bytewax calls close() after the last snapshot() at a clean end, and while unwinding
-    after an error: it must not send (or wait for) anything (review, design weakness 10)."""
+    after an error: it must not send (or wait for) anything."""
     rig = Rig(FakeClient(), BULK_LINGER_MS="0")
     rig.part.write_batch([rig.actions("a")])
     rig.settle()
@@ -946,7 +946,7 @@ def test_an_action_larger_than_bulk_max_bytes_goes_alone() -> None:
     assert [rig.client.ids(i) for i in range(3)] == [["a"], ["big"], ["c"]]
 
 
-# ------------------------------------------- one account for every path (review F2)
+# ---------------------------------------------------------- one account for every path
 
 BUSY = (429, {"type": "es_rejected_execution_exception", "reason": "queue full"})
 
@@ -1166,7 +1166,7 @@ def test_create_keeps_the_later_write_when_the_first_one_was_retried() -> None:
     assert rig.dlq.letters == []
 
 
-# ------------------------- blocks, bounded item retries, configuration errors (F7, W1, W4)
+# --------------------------------------- blocks, bounded item retries, configuration errors
 
 
 def test_a_write_block_is_dead_lettered_at_once() -> None:
@@ -1296,7 +1296,7 @@ def test_a_delete_on_a_missing_index_is_done_and_counted_not_found() -> None:
     assert deletes_not_found() - before == 2
 
 
-# ---------------------------------------------------- deletes that found nothing (F3)
+# ---------------------------------------------------------- deletes that found nothing
 
 
 def deletes_not_found() -> float:
@@ -1331,7 +1331,7 @@ def test_a_no_error_bulk_counts_no_delete_not_found() -> None:
     assert deletes_not_found() == before
 
 
-# ----------------------------------------------- fan-out: one record, several actions (F13)
+# ----------------------------------------------------- fan-out: one record, several actions
 
 
 def fan_out(s: Settings, *ids: str, offset: int = 0) -> list[Action]:
@@ -1396,7 +1396,7 @@ def test_refused_actions_that_kept_their_message_are_a_dead_letter_each(crossed:
     assert rig.part._policy.seen == 40  # each refused record counted failed, not also ok
 
 
-# -------------------------- ERRORS_TOLERANCE=none: the earliest refused offset (F13)
+# -------------------------------------------- ERRORS_TOLERANCE=none: the earliest refused offset
 
 
 def test_tolerance_none_names_the_earliest_refused_offset_of_other_partitions() -> None:
@@ -1520,7 +1520,7 @@ def test_tolerance_none_waits_for_other_bulks_only_a_bounded_time(monkeypatch) -
 def test_tolerance_none_sends_a_tail_kept_behind_a_slow_bulk_of_a_busy_peer(monkeypatch) -> None:
     """S's head (K@1, K@2) is in flight past the first REFUSAL_WAIT_S and S keeps K@3,
     which Elasticsearch refuses, as its tail: the stop asks S again while it waits for the
-    bulks in flight, so it names K@3, not P's K@7 (a hostile review)."""
+    bulks in flight, so it names K@3, not P's K@7."""
     monkeypatch.setattr("sinks.elasticsearch.refusals.REFUSAL_WAIT_S", 0.4)
     s = Settings.load({"KAFKA_TOPICS": TOPIC, "BULK_LINGER_MS": "60000", "BULK_MAX_ACTIONS": "2"})
     slow = GatedClient()
@@ -1638,7 +1638,7 @@ def test_an_error_surfacing_in_one_partition_marks_the_flow_failing() -> None:
     assert other.client.requests == []
 
 
-# -------------------------------------------------- per-process resources (F13)
+# -------------------------------------------------------------- per-process resources
 
 
 def test_first_calls_of_the_shared_budget_race_to_one_object(monkeypatch) -> None:
@@ -1668,7 +1668,7 @@ def test_first_calls_of_the_shared_budget_race_to_one_object(monkeypatch) -> Non
     assert len({id(x) for x in got}) == 1  # one budget for the process, not several
 
 
-# ------------------------------- Bytewax's close(): after snapshot, or while unwinding (W10)
+# ------------------------------------- Bytewax's close(): after snapshot, or while unwinding
 
 
 def _run_bytewax(monkeypatch: pytest.MonkeyPatch, client: FakeClient, fail_on: str | None) -> None:
