@@ -42,3 +42,15 @@ def test_the_metrics_name_the_version() -> None:
 
     text = generate_latest(REGISTRY).decode()
     assert f'es_sink_build_info{{version="{VERSION}"}} 1.0' in text.splitlines()
+
+
+def test_a_checkout_never_installed_reads_pyproject(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib.metadata import PackageNotFoundError
+
+    from flows import version
+
+    def not_installed(name: str) -> str:
+        raise PackageNotFoundError(name)
+
+    monkeypatch.setattr(version, "version", not_installed)
+    assert version._version() == PYPROJECT["project"]["version"]
