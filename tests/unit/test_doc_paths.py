@@ -226,3 +226,17 @@ def test_what_counts_as_a_tracker_id(line: str) -> None:
 )
 def test_what_does_not(line: str) -> None:
     assert not TRACKER.search(line)
+
+
+ABSOLUTE = re.compile(r"(?<![\w.-])/(?:work|home|Users|root)/[\w.-]+")
+"""A path into somebody's workstation: nobody else has it."""
+
+
+def test_no_file_points_outside_the_repository() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {m}"
+        for path in [*markdown_pages(), *code_files()]
+        for n, line in prose(path)
+        for m in ABSOLUTE.findall(line)
+    ]
+    assert found == []
