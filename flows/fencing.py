@@ -7,6 +7,7 @@ commits are the one place every instance already reads and writes, so they carry
 ownership too. Every commit's metadata names its committer:
 
     es-sink partitions=4 owner=5f0c9a1e2b7d gen=3 since=1767225600000 lease=80 host=h pid=7
+      at=1767225660000
 
 - `owner` is one random token per process (the processes of a cluster own disjoint
   partitions, so each is fenced by the partitions it reads); `gen` orders owners without
@@ -14,6 +15,8 @@ ownership too. Every commit's metadata names its committer:
   instances started at the same moment, fall back to `since`, then the token);
   `lease` is how long a successor must wait for this owner to notice it (2 epochs plus
   ES_REQUEST_TIMEOUT_S: one epoch to reach its next check, and its last bulk);
+  `at` is when it made this commit (`holds`: a tool that would move the offset judges
+  by it whether an owner on another host may still run);
   `released` (a final word) says the owner stopped cleanly after its last commit;
   `waiting beat=<n>` says it announced itself and reads nothing yet, `n` counting its
   re-announcements (one per epoch), so that an older owner can tell it still runs;
@@ -44,8 +47,11 @@ ownership too. Every commit's metadata names its committer:
   partition (it stopped cleanly after reading), the partition warns once and takes it back:
   an aborted rollout does not leave nothing consuming. An older owner's commit
   (one that raced the announcement) is overwritten by committing again, and a partition
-  still waiting starts its wait again; when the check fails (group coordinator away) the
-  partition reads and commits nothing until a check succeeds.
+  still waiting starts its wait again. A commit of `es-sink offsets reset` (`Reset`: no
+  owner, `reset-by=es-sink`) is the operator's: the partition reads from its offset
+  (`Verdict.RESET`). Any other commit without an owner is another tool's, overwritten with
+  a warning. When the check fails (group coordinator away) the partition reads and
+  commits nothing until a check succeeds.
 
 What this guarantees, and the timing it assumes: an older instance that runs its epochs
 (each ends within its lease: `-s` plus the time its sinks take to flush) stops before the
@@ -143,6 +149,8 @@ class Owner:
     after: str = ""
     """The owner whose bulks it still waits for before it reads (it has written nothing
     yet): a successor takes that wait over."""
+    at_ms: int = 0
+    """When it made the commit that names it (wall clock; 0: a commit of an earlier version)."""
 
     @classmethod
     def parse(cls, metadata: str | None) -> Owner | None:
@@ -156,6 +164,7 @@ class Owner:
                 f.get("host", "?"), int(f.get("pid", 0)), f.get("node", ""),
                 int(f.get("start", 0)), "released" in f, "waiting" in f, int(f.get("beat", 0)),
                 f.get("after", ""),
+                int(f.get("at", 0)),
             )  # fmt: skip
         except (KeyError, ValueError):
             return None
@@ -170,6 +179,8 @@ class Owner:
             out += f" node={self.node} start={self.start}"
         if self.after:
             out += f" after={self.after}"
+        if self.at_ms:
+            out += f" at={self.at_ms}"
         if self.released:
             return f"{out} released"
         return f"{out} beat={self.beat} waiting" if self.waiting else out
@@ -190,6 +201,97 @@ class Owner:
         namespace, and no live process has its pid and start time (a crash on this host)."""
         me = _me()
         return bool(self.node) and self.node == me.node and _started(self.pid) != self.start
+
+    def runs_here(self) -> bool:
+        """Whether this owner's process certainly runs: in this kernel boot and pid
+        namespace, a live process has its pid and start time."""
+        me = _me()
+        return bool(self.node) and self.node == me.node and _started(self.pid) == self.start
+
+
+RECOMMIT_S = 3600.0
+"""A running owner commits each partition at least this often, idle or not (the source
+commits an unchanged offset again after it: a group used through `assign()` loses a
+partition's offset `offsets.retention.minutes` after its last commit)."""
+
+
+def holds(owner: Owner | None, now_ms: int) -> str | None:
+    """Why `owner` (of a partition's committed metadata) may still read the partition, for
+    a tool that would move its offset; None when it certainly does not: it released the
+    partition, or its process is gone from this host, or its last commit is older than a
+    running owner lets pass (RECOMMIT_S plus its lease: its clock against ours)."""
+    if owner is None or owner.released or owner.known_stopped():
+        return None
+    if owner.runs_here():
+        return "its process runs on this host"
+    if not owner.at_ms:
+        return "it has not released it"
+    until_ms = owner.at_ms + int((RECOMMIT_S + owner.lease_s) * 1000)
+    if now_ms >= until_ms:
+        return None
+    last = datetime.fromtimestamp(owner.at_ms / 1000, UTC).isoformat(timespec="seconds")
+    return (
+        f"it has not released it and committed last at {last}; a running instance commits "
+        f"at least every {RECOMMIT_S:g} s"
+    )
+
+
+RESET_BY = "es-sink"
+"""`reset-by=` of the commits `es-sink offsets reset` makes."""
+
+
+@dataclass(frozen=True)
+class Reset:
+    """An `es-sink offsets reset`, as its commit's metadata says: the committed offset is
+    where the operator wants the group to read, not where an instance of it stopped.
+
+        es-sink partitions=4 gen=3 reset-by=es-sink reset-at=1767225600000 reset-host=ops1
+
+    An instance that finds such a commit reads from its offset: at start even over its
+    recovery snapshot, and while it runs at its next check (`Verdict.RESET`). Until a
+    recovery snapshot of it is certainly durable, the instance's own commits keep these
+    fields (`words`), so that a restart meanwhile still starts from the group's offset."""
+
+    at_ms: int
+    host: str = "?"
+
+    @classmethod
+    def parse(cls, metadata: str | None) -> Reset | None:
+        """The reset `metadata` records (None: not a reset's, nor one followed)."""
+        f = metadata_fields(metadata)
+        if f.get("reset-by") != RESET_BY:
+            return None
+        try:
+            return cls(int(f["reset-at"]), f.get("reset-host", "?"))
+        except (KeyError, ValueError):
+            return None
+
+    def words(self) -> str:
+        return f"reset-by={RESET_BY} reset-at={self.at_ms} reset-host={self.host}"
+
+    def describe(self) -> str:
+        """`es-sink offsets reset at <UTC time> on host h` for log lines."""
+        at = datetime.fromtimestamp(self.at_ms / 1000, UTC).isoformat(timespec="seconds")
+        return f"es-sink offsets reset at {at} on host {self.host}"
+
+
+def reset_metadata(previous: str | None, reset: Reset) -> str:
+    """The metadata of a reset's commit over a commit with `previous` metadata: the
+    partition count (flows.discovery) and generation (the next owner's is one more) kept,
+    no owner named (an owner would take the commit for its own), and the reset."""
+    f = metadata_fields(previous)
+    words = [_PREFIX]
+    if f.get("partitions", "").isdigit():
+        words.append(f"partitions={f['partitions']}")
+    if f.get("gen", "").isdigit():
+        words.append(f"gen={f['gen']}")
+    return " ".join([*words, reset.words()])
+
+
+def _gen(metadata: str | None) -> int:
+    """The generation a commit's metadata names (0: none)."""
+    gen = metadata_fields(metadata).get("gen", "")
+    return int(gen) if gen.isdigit() else 0
 
 
 _lock = threading.Lock()
@@ -254,6 +356,9 @@ class Verdict(Enum):
     (`PartitionFence.holding`) until it shows that it runs, or its lease passes."""
     UNKNOWN = "unknown"
     """The check failed: read and commit nothing until it succeeds."""
+    RESET = "reset"
+    """`es-sink offsets reset` moved the offset (`PartitionFence.reset`): read from there
+    and commit it under our name."""
 
 
 class PartitionFence:
@@ -263,7 +368,8 @@ class PartitionFence:
         self._topic, self._partition = topic, partition
         has_offset = committed.offset >= 0
         self.previous = Owner.parse(committed.metadata) if has_offset else None
-        gen = self.previous.gen + 1 if self.previous is not None else 1
+        # After a reset's commit, which names no owner, the generation it kept.
+        gen = (self.previous.gen if self.previous is not None else _gen(committed.metadata)) + 1
         self._wait_s = 0.0
         prev = self.previous
         # Crashed on this host: its successor waits for its bulks only. Not if it was itself
@@ -288,6 +394,9 @@ class PartitionFence:
         """The offset a newer owner released the partition at, when it was taken back from
         it: below this instance's own position, the newer one's replay may have put
         documents back to older writes (`KafkaSourcePartition` reads again from there)."""
+        self.reset: tuple[int, Reset] | None = None
+        """The offset and reset the last check found (`Verdict.RESET`)."""
+        self._followed: int | None = None  # `reset-at` of the reset the partition follows
 
     @classmethod
     def of(
@@ -297,7 +406,9 @@ class PartitionFence:
         return cls(settings, topic, partition, committed) if settings.fencing else None
 
     def metadata(self, base: str, *, released: bool = False, unread: bool = False) -> str:
-        """`base` (discovery's partition count) plus this owner's fields (and `UNREAD`)."""
+        """`base` (discovery's partition count) plus this owner's fields, the commit's time
+        among them (and `UNREAD`)."""
+        self.owner = replace(self.owner, at_ms=int(time.time() * 1000))
         owner = replace(self.current(), released=released)
         return f"{base or _PREFIX} {owner.words()}" + (f" {UNREAD}" if unread else "")
 
@@ -311,6 +422,11 @@ class PartitionFence:
         return bool(self._awaited) and (
             bulks is None or not bulks.done() or self._deadline is not None
         )
+
+    def follow(self, reset: Reset) -> None:
+        """The partition reads from `reset`'s offset (at start): a check that finds that
+        commit still there before this owner's own lands is not a new reset."""
+        self._followed = reset.at_ms
 
     def announced(self) -> None:
         """The announcement was committed: start the wait, if the previous owner needs one."""
@@ -373,9 +489,16 @@ class PartitionFence:
         if found is not None and found.token != self.owner.token and found.outranks(self.owner):
             return self._newer_owner(found, committed.offset)
         self._newer = None
+        reset = Reset.parse(committed.metadata) if found is None else None
+        if reset is not None and reset.at_ms == self._followed:
+            return Verdict.TAKEN_BACK  # followed already, and this owner's commit is not there
         if found is None or found.token != self.owner.token:
             if self._deadline is not None:  # it committed over the announcement: again
                 self._deadline = time.monotonic() + self._wait_s
+            if reset is not None:  # the operator's: read from there (flows.source)
+                self._followed = reset.at_ms
+                self.reset = (committed.offset, reset)
+                return Verdict.RESET
             if found is None:  # not an older owner's late commit: someone else's
                 logger.warning(
                     "source partition %s/%d: offset %d was committed for the group by "

@@ -4,7 +4,10 @@ The partitions of a worker share one consumer (`flows.consumers`).
 
 Offsets live in Bytewax recovery snapshots (with `-r`). The consumer group's committed
 offsets are the fallback start position and what lag monitoring reads, so they must never
-run ahead of what is durable in Elasticsearch or the dead-letter topic. Bytewax has no
+run ahead of what is durable in Elasticsearch or the dead-letter topic. An
+`es-sink offsets reset` is the exception both ways: its commit (`fencing.Reset`) is where
+the operator wants the partition to read, so a start prefers it to the snapshot, and a
+running partition that finds it reads from there (`_follow`). Bytewax has no
 "epoch is durable" hook, so a partition remembers the offset it snapshotted at the end of
 epoch e and commits it on its first `next_batch()` of epoch e+1: Bytewax calls that only
 once the whole dataflow (both sinks flush inside `snapshot()`) has finished epoch e.
@@ -55,9 +58,13 @@ __all__ = [
     "partitions",
 ]
 
-RECOMMIT_S = 3600.0
+RECOMMIT_S = fencing.RECOMMIT_S
 """Commit an unchanged offset again after this long: a group used through `assign()` loses
 a partition's offset `offsets.retention.minutes` (7 days) after its last commit."""
+RESET_SNAPSHOTS = 2
+"""After following an `es-sink offsets reset`, commits carry its fields (`fencing.Reset`)
+until this many snapshots were taken from its offset on: by the commit of the second, the
+first is durable in the recovery store, so a restart from it no longer undoes the reset."""
 _SEP = "/"  # never legal in a topic name, so `topic/partition` splits unambiguously
 _IDLE_WAKE = timedelta(milliseconds=20)
 _HELD_WAKE = timedelta(milliseconds=200)  # waiting to own it (fencing), or for older ones
@@ -171,7 +178,22 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._new: discovery.NewPartitionHold | None = None
         if self._committed is None:  # the hold commits nothing: a restart holds it again
             self._new = discovery.new_partition_hold(settings, topic, partition)
-        if resume_offset is not None:
+        # An operator's reset wins over the recovery snapshot until a snapshot from its
+        # offset on is durable: until then the group's commits keep its fields.
+        self._reset = fencing.Reset.parse(group.metadata) if group.offset >= 0 else None
+        self._reset_snapshots = 0
+        self._moving: int | None = None  # to read again from (a reset, a take-back)
+        self._moving_why = ""  # whence that offset came, for `_in_log`'s lines
+        if self._reset is not None:
+            start = cast(int, self._committed)
+            # An owner's commit that keeps the reset's fields followed it already.
+            how = "following" if fencing.Owner.parse(group.metadata) else "set by"
+            origin = f"group {settings.group_id} committed offset, {how} {self._reset.describe()}"
+            if resume_offset is not None and resume_offset != start:
+                origin += f", not the recovery snapshot's {resume_offset}"
+            if self._fence is not None:
+                self._fence.follow(self._reset)
+        elif resume_offset is not None:
             start, origin = resume_offset, "recovery snapshot"
         elif self._committed is not None:
             start, origin = self._committed, f"group {settings.group_id} committed offset"
@@ -241,11 +263,16 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
                 return []
             if verdict is fencing.Verdict.TAKEN_BACK:
                 self._take_back(self._fence)
+            if verdict is fencing.Verdict.RESET:
+                self._follow(*cast(tuple[int, fencing.Reset], self._fence.reset))
         if self._fence is not None and self._fence.holding():  # a newer owner, maybe gone
             if self._finishing():
                 raise StopIteration  # commit nothing over it
             self._stall(True)
             self._awake = datetime.now(UTC) + _HELD_WAKE
+            return []
+        if self._moving is not None and not self._move():
+            self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
         if self._new is not None:  # added to its topic: flows.discovery
             if self._new.holding(self._consumer):
@@ -274,7 +301,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             self._stall(True)
             if self._committed == self._next:
                 if self._fence is not None and self._committed is not None:
-                    self._fence.release(self._consumer, self._committed, self._commit_metadata)
+                    self._fence.release(self._consumer, self._committed, self._base())
                 raise StopIteration
             self._awake = datetime.now(UTC) + _IDLE_WAKE
             return []
@@ -326,9 +353,8 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         if held is not None:  # resume at the failed record, never past it
             offset = min(offset, held[0])
             self._held_snapshotted = True
-        if offset != self._committed or time.monotonic() - self._committed_at > RECOMMIT_S:
-            self._pending = offset
-        self._durable = offset
+        if self._moving is None:  # moving back: commit none of the old positions
+            self._snapshotted(offset)
         if self._fence is not None:
             self._fence.mark_due()
         if self._new is not None:
@@ -339,6 +365,17 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         if high is not None and high[1] >= 0:
             self._lag.set(max(high[1] - offset, 0))
         return offset
+
+    def _snapshotted(self, offset: int) -> None:
+        """Queue the commit of a snapshot's offset (at the next epoch's first read)."""
+        if self._reset is not None:
+            self._reset_snapshots += 1
+            if self._reset_snapshots >= RESET_SNAPSHOTS:
+                self._reset = None
+                self._pending = offset  # the commit that drops the reset's fields
+        if offset != self._committed or time.monotonic() - self._committed_at > RECOMMIT_S:
+            self._pending = offset
+        self._durable = offset
 
     def close(self) -> None:
         """Leave without committing: only next_batch commits, after the epoch is durable."""
@@ -455,16 +492,61 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             if self._pending is None:
                 self._pending = self._durable
             return
-        key = self._key
         logger.warning(
             "source %s/%d: the newer instance released it at offset %d, below this "
             "instance's %d; reading again from %d",
-            *key, at, self._durable, at,
+            *self._key, at, self._durable, at,
         )  # fmt: skip
-        self._shared.move(TopicPartition(*key, at))
-        self._next = self._emitted = self._durable = at
-        halt.start(*key, at)
-        self._pending = at
+        self._moving, self._moving_why = at, "the newer instance's release"
+        self._pending = None
+        self._durable = at
+
+    def _base(self) -> str:
+        """What every commit carries besides the owner: the partition count, and the fields
+        of a reset followed whose first snapshot may not be durable yet (`RESET_SNAPSHOTS`)."""
+        if self._reset is None:
+            return self._commit_metadata
+        return f"{self._commit_metadata or 'es-sink'} {self._reset.words()}"
+
+    def _follow(self, offset: int, reset: fencing.Reset) -> None:
+        """`es-sink offsets reset` committed `offset` while this partition runs (its check
+        found it): read from there, as the operator asked, instead of committing this
+        position over it. What was read before is still written; nothing of the old
+        position is committed any more."""
+        logger.warning(
+            "source partition %s/%d: %s moved the group's offset to %d; reading from there "
+            "(the position was %d)",
+            self._topic, self._partition, reset.describe(), offset, self._next,
+        )  # fmt: skip
+        self._reset, self._reset_snapshots = reset, 0
+        self._moving, self._moving_why = offset, reset.describe()
+        self._pending = None
+        self._durable = offset
+
+    def _move(self) -> bool:
+        """Go to the offset a reset or a take-back set (`_follow`, `_take_back`) once the
+        processor has examined every record emitted, so that the snapshot follows the new
+        position (as `_back_in_log`); then commit it under this owner's name (`_base` keeps
+        a reset's fields)."""
+        assert self._moving is not None
+        key = self._key
+        if halt.EXAMINED.get(key, self._emitted) < self._emitted:
+            return False
+        tp = TopicPartition(*key)
+        try:
+            low, high = self._consumer.get_watermark_offsets(tp, timeout=30)
+        except KafkaException as e:  # the broker away: ask again on the next read
+            self.last_error = (time.time(), f"offset reset, log start and end: {e}")
+            return False
+        offset = self._in_log(self._moving, self._moving_why, low, high)
+        self._shared.move(TopicPartition(*key, offset))
+        self._moving = None
+        self._out_of_log, self._cut = None, False
+        self._next = self._emitted = self._durable = offset
+        halt.start(*key, offset)
+        if self._new is None:  # a held new partition commits nothing (flows.discovery)
+            self._pending = offset
+        return True
 
     def _announce(self) -> None:
         """Commit this owner's name before reading (flows.fencing): at the committed offset,
@@ -484,7 +566,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         """Commit `offset`; `_committed` moves only when Kafka confirms (`_on_commit`), so a
         failed commit is queued again by the next snapshot. `release`: the last commit;
         `unread`: the announcement of a partition the group never committed."""
-        meta = self._commit_metadata
+        meta = self._base()
         if self._fence is not None:
             meta = self._fence.metadata(meta, released=release, unread=unread)
         tp = TopicPartition(self._topic, self._partition, offset, meta)

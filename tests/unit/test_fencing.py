@@ -98,10 +98,11 @@ def make(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     monkeypatch.setattr(fencing, "stop", stop)
 
-    def build(**env: str) -> KafkaSourcePartition:
+    def build(resume: int | None = None, **env: str) -> KafkaSourcePartition:
+        """`resume`: the offset of a recovery snapshot."""
         monkeypatch.setattr(fencing, "_process", None)  # a new process: a new token
         settings = Settings.load({"KAFKA_TOPICS": "t", **env})
-        return KafkaSourcePartition(settings, "t", 0, None)
+        return KafkaSourcePartition(settings, "t", 0, resume)
 
     return build
 
@@ -533,3 +534,173 @@ def test_a_bulk_listed_before_the_task_list_failed_is_still_listed_at_the_bound(
     assert tasks.wait_gone(object(), "o", "p", 0.1, None) is tasks.Gone.BOUND  # type: ignore[arg-type]
     answers[:] = []
     assert tasks.wait_gone(object(), "o", "p", 0.05, None) is tasks.Gone.UNLISTED  # type: ignore[arg-type]
+
+
+# -- es-sink offsets reset: its commit, and the partitions that find it
+
+RESET = fencing.Reset(1_767_225_600_000, "ops1")
+RESET_WORDS = "reset-by=es-sink reset-at=1767225600000 reset-host=ops1"
+
+
+class LogConsumer(GroupConsumer):
+    """GroupConsumer whose partition, assigned again (`WorkerConsumer.move`), serves its
+    log from the new offset."""
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        if self.messages:  # the source's first read: what the test left
+            return super().incremental_assign(tps)
+        self.messages = [
+            Message(topic="t", partition=0, offset=o, value=b"{}")
+            for o in range(tps[0].offset, self.end)
+        ]
+        return None
+
+
+def reset_commit(offset: int) -> None:
+    """What `es-sink offsets reset` commits over the group's current commit."""
+    BROKER.offset, BROKER.metadata = offset, fencing.reset_metadata(BROKER.metadata, RESET)
+
+
+def test_a_resets_commit_names_no_owner_and_keeps_the_count_and_the_generation() -> None:
+    me = dataclasses.replace(fencing._me(), gen=3, lease_s=80.0)
+    meta = fencing.reset_metadata(f"es-sink partitions=4 {me.words()} released", RESET)
+    assert meta == f"es-sink partitions=4 gen=3 {RESET_WORDS}"
+    assert Owner.parse(meta) is None  # no instance takes it for its own
+    assert fencing.Reset.parse(meta) == RESET
+    assert fencing.Reset.parse(f"es-sink partitions=4 {me.words()}") is None
+    assert fencing.reset_metadata("", RESET) == f"es-sink {RESET_WORDS}"  # another tool's
+    assert fencing.Reset.parse("es-sink reset-by=someone reset-at=1") is None
+    assert RESET.describe() == "es-sink offsets reset at 2026-01-01T00:00:00+00:00 on host ops1"
+
+
+def test_who_holds_a_partition_for_a_tool_that_would_move_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    me = dataclasses.replace(fencing._me(), gen=1, lease_s=80.0, at_ms=1_000_000)
+    now = 1_000_000 + 10_000
+    assert fencing.holds(me, now) == "its process runs on this host"
+    assert fencing.holds(dataclasses.replace(me, waiting=True), now) is not None
+    assert fencing.holds(dataclasses.replace(me, released=True), now) is None
+    assert fencing.holds(dataclasses.replace(me, start=me.start + 1), now) is None  # crashed
+    assert fencing.holds(None, now) is None
+    elsewhere = dataclasses.replace(me, node="another-host")
+    why = fencing.holds(elsewhere, now)
+    assert why is not None and why.startswith("it has not released it and committed last at ")
+    assert why.endswith("a running instance commits at least every 3600 s")
+    # A running instance commits at least every RECOMMIT_S: older than that and its lease,
+    # it no longer runs.
+    gone_at = 1_000_000 + int((fencing.RECOMMIT_S + 80.0) * 1000)
+    assert fencing.holds(elsewhere, gone_at - 1) is not None
+    assert fencing.holds(elsewhere, gone_at) is None
+    earlier_version = dataclasses.replace(elsewhere, at_ms=0)  # no commit time to judge by
+    assert fencing.holds(earlier_version, gone_at) == "it has not released it"
+
+
+def test_every_commit_names_its_time(make: Any) -> None:
+    before = int(time.time() * 1000)
+    make()
+    found = Owner.parse(BROKER.metadata)
+    assert found is not None and before <= found.at_ms <= int(time.time() * 1000)
+
+
+def test_a_running_partition_follows_a_reset_and_commits_it_under_its_name(
+    make: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    own_consumer(monkeypatch, LogConsumer)
+    part = make()
+    assert len(part.next_batch()) == 3
+    epoch(part)  # commits 3 under its name
+    gen = owner(part).gen
+    reset_commit(1)  # es-sink offsets reset --force, while it runs
+    with caplog.at_level(logging.WARNING):
+        batch = epoch(part)
+    assert [m.offset() for m in batch] == [1, 2]  # read again from the reset's offset
+    (line,) = [m for m in caplog.messages if "offsets reset" in m]
+    assert line == (
+        "source partition t/0: es-sink offsets reset at 2026-01-01T00:00:00+00:00 on host "
+        "ops1 moved the group's offset to 1; reading from there (the position was 3)"
+    )
+    assert not [m for m in caplog.messages if "another tool" in m]
+    # Committed under its name at once, the reset's fields kept until a snapshot from the
+    # reset's offset on is durable (the second's commit).
+    assert BROKER.commits[-1] == (1, f"es-sink {RESET_WORDS} {owner(part).words()}")
+    assert owner(part).gen == gen
+    epoch(part)  # the first snapshot's commit
+    assert BROKER.commits[-1] == (3, f"es-sink {RESET_WORDS} {owner(part).words()}")
+    epoch(part)  # the second's
+    assert BROKER.commits[-1] == (3, f"es-sink {owner(part).words()}")
+    assert len([m for m in caplog.messages if "offsets reset" in m]) == 1
+
+
+def test_a_reset_found_before_the_processor_caught_up_moves_once_it_has(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    own_consumer(monkeypatch, LogConsumer)
+    part = make()
+    part.next_batch()
+    epoch(part)
+    reset_commit(0)
+    part.snapshot()
+    # The epoch's first read finds the reset while a batch emitted is not examined yet.
+    halt.EXAMINED[("t", 0)] = 2
+    assert part.next_batch() == []
+    assert part.snapshot() == 2  # the old position, never committed
+    commits = len(BROKER.commits)
+    assert part.next_batch() == []
+    assert len(BROKER.commits) == commits
+    halt.EXAMINED[("t", 0)] = 3
+    assert [m.offset() for m in part.next_batch()] == [0, 1, 2]
+    assert BROKER.commits[-1][0] == 0
+
+
+def test_a_reset_is_followed_over_the_recovery_snapshot_once(
+    make: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a recovery directory, a start after `es-sink offsets reset` reads from the
+    reset's offset, not from its snapshot; once a snapshot from there on is durable, a
+    restart resumes from its snapshot again."""
+    first = make(KAFKA_STOP_AT_END="true")
+    first.next_batch()
+    halt.EXAMINED[("t", 0)] = 3
+    first.snapshot()
+    with pytest.raises(StopIteration):
+        first.next_batch()  # committed 3, released
+    reset_commit(0)  # es-sink offsets reset --to earliest
+    with caplog.at_level(logging.INFO, logger="flows.source"):
+        again = make(3)  # its recovery snapshot says 3
+    assert again._next == 0
+    (line,) = [m for m in caplog.messages if "starts at" in m]
+    assert line == (
+        "source partition t/0 starts at offset 0 (group es-sink committed offset, set by "
+        "es-sink offsets reset at 2026-01-01T00:00:00+00:00 on host ops1, not the recovery "
+        "snapshot's 3); log end 3"
+    )
+    assert BROKER.commits[-1] == (0, f"es-sink {RESET_WORDS} {owner(again).words()}")
+    # Stopped (or crashed) before a snapshot from 0 on is durable: it still starts at 0.
+    # (FENCE_WAIT_S=0: every "instance" here is this process, which runs.)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="flows.source"):
+        assert make(3, FENCE_WAIT_S="0")._next == 0
+    (line,) = [m for m in caplog.messages if "starts at" in m]
+    assert "(group es-sink committed offset, following es-sink offsets reset at " in line
+    part = make(3, FENCE_WAIT_S="0")
+    part._consumer.assign([TopicPartition("t", 0, 0)])
+    time.sleep(0.05)  # the previous owner's bulks: none
+    assert len(part.next_batch()) == 3
+    epoch(part)
+    epoch(part)
+    assert RESET_WORDS not in (BROKER.metadata or "")
+    assert make(2, FENCE_WAIT_S="0")._next == 2  # the snapshot: the reset is not followed twice
+
+
+def test_a_reset_is_followed_without_fencing_too(make: Any) -> None:
+    BROKER.offset, BROKER.metadata = 3, "es-sink partitions=1"
+    reset_commit(1)
+    part = make(3, FENCING="false")
+    assert part._next == 1
+    part._consumer.assign([TopicPartition("t", 0, 1)])
+    part.next_batch()
+    epoch(part)
+    assert BROKER.commits[-1] == (3, f"es-sink {RESET_WORDS}")
+    epoch(part)
+    assert BROKER.commits[-1] == (3, "")
