@@ -1,12 +1,18 @@
 """`es-sink offsets show` and `es-sink offsets reset`: the flow's consumer-group offsets,
 like `kafka-consumer-groups --reset-offsets` and Kafka Connect's offsets API.
 
-A reset while a flow of the group runs would be undone by its next commit (each source
-partition commits its own position), so `reset` refuses when it sees one: a process of the
-group answering on its status API (`--api`, or API_PORT: authoritative when set), a member
-in the group (other consumers), or, without a status API, the group's committed offsets
-moving during `--probe-s` seconds (a flow reads through `assign()` and is never a group
-member; it commits about once an epoch while it has records to read).
+A reset while an instance of the group reads a partition would be undone by its next
+commit, so `reset` refuses unless `--force`. Who reads a partition is in the metadata of
+the group's commits (`flows.fencing`): an owner that has not released it holds it while its
+process runs on this host, or, elsewhere, until its last commit is older than a running
+instance lets pass (`fencing.holds`). A process of the group answering on its status API
+(`--api`, or API_PORT) or a member in the group holds it too; a partition whose commit
+names no owner (FENCING=false, another tool) is held while the group's commits move
+during `--probe-s` seconds.
+
+The reset commits with metadata of its own (`fencing.Reset`: `reset-by=es-sink`, its time
+and host), which names no owner: an instance that finds it reads from there, at its next
+check while it runs (`--force`) and at its start even over its recovery snapshot.
 """
 
 from __future__ import annotations
@@ -94,29 +100,80 @@ def targets(
     }
 
 
-def running(settings: Settings, api: list[str] | None, probe_s: float) -> str | None:
-    """Why a flow of the group seems to run (None when nothing says so)."""
+if TYPE_CHECKING:
+    from flows.fencing import Owner, Reset
+
+Holder = tuple["Owner", str, list[PartitionOffsets]]
+"""An owner that holds partitions (`fencing.holds`), why, and which of them."""
+
+
+def holders(parts: list[PartitionOffsets], now_ms: int) -> list[Holder]:
+    """The owners that hold some of `parts`, per their committed metadata."""
+    from flows.fencing import Owner, holds
+
+    found: dict[str, Holder] = {}
+    for p in parts:
+        owner = Owner.parse(p.metadata) if p.committed is not None else None
+        why = holds(owner, now_ms)
+        if owner is not None and why is not None:
+            found.setdefault(owner.token, (owner, why, []))[2].append(p)
+    return list(found.values())
+
+
+def _names(parts: list[PartitionOffsets]) -> str:
+    return ", ".join(f"{p.topic}/{p.partition}" for p in parts)
+
+
+def held(parts: list[PartitionOffsets], now_ms: int) -> list[str]:
+    """One phrase per owner that holds some of `parts`: `t/0, t/2 are held by instance
+    <token> (host h, …) since …: <why>`."""
+    out = []
+    for owner, why, mine in holders(parts, now_ms):
+        verb = "is" if len(mine) == 1 else "are"
+        out.append(f"{_names(mine)} {verb} held by instance {owner.describe()}: {why}")
+    return out
+
+
+def _ownerless(parts: list[PartitionOffsets]) -> list[PartitionOffsets]:
+    """Partitions whose commit names no owner nor a reset: only their commits moving can
+    tell that a flow reads them (FENCING=false, an earlier version, never committed)."""
+    from flows.fencing import Owner, Reset
+
+    return [p for p in parts if Owner.parse(p.metadata) is None and Reset.parse(p.metadata) is None]
+
+
+def running(
+    settings: Settings, parts: list[PartitionOffsets], api: list[str] | None, probe_s: float
+) -> str | None:
+    """Why an instance of the group may read some of `parts` (None when nothing says so)."""
+    reasons = held(parts, int(time.time() * 1000))
+    if reasons:
+        return "; ".join(reasons)
     group = settings.group_id
     answers = control.statuses(settings, api)
     for a in answers:
         body = a.body or {}
         same = body.get("process", {}).get("group", group) == group
         if a.body is not None and same and body.get("state") in control.RUNNING_STATES:
-            return f"the flow process at {a.url} is {body['state']}"
+            return f"a flow of it is running (the flow process at {a.url} is {body['state']})"
     state = _members(settings, group)
     if state:
-        return state
-    if answers and not api:  # API_PORT is set and no process of it answers
+        return f"a flow of it is running ({state})"
+    silent = _ownerless(parts)
+    if probe_s <= 0 or not silent:
         return None
-    if probe_s <= 0:
-        return None
-    topics = common.flow_topics(settings)
+    topics: dict[str, set[int]] = {}
+    for p in silent:
+        topics.setdefault(p.topic, set()).add(p.partition)
     before = {(p.topic, p.partition): p.committed for p in common.offsets(settings, group, topics)}
     time.sleep(probe_s)
     after = {(p.topic, p.partition): p.committed for p in common.offsets(settings, group, topics)}
     moved = sorted(f"{t}/{p}" for (t, p), o in after.items() if before.get((t, p)) != o)
     if moved:
-        return f"its committed offsets moved within {probe_s:g} s ({', '.join(moved[:5])})"
+        return (
+            f"a flow of it is running (its committed offsets moved within {probe_s:g} s: "
+            f"{', '.join(moved[:5])})"
+        )
     return None
 
 
@@ -133,13 +190,21 @@ def _members(settings: Settings, group: str) -> str | None:
 
 def alter(
     settings: Settings, parts: list[PartitionOffsets], to: dict[tuple[str, int], int]
-) -> None:
-    """Commit the new offsets for the group, each keeping the metadata the flow committed
-    with it (the partition count the flow's VERSION=offset check reads)."""
+) -> Reset:
+    """Commit the new offsets for the group, marked as this reset's (`fencing.Reset`),
+    each keeping the partition count the flow's VERSION=offset check reads."""
+    import socket
+
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
+    from flows.fencing import Reset, reset_metadata
+
+    mark = Reset(int(time.time() * 1000), socket.gethostname() or "?")
     tps = [
-        TopicPartition(p.topic, p.partition, to[(p.topic, p.partition)], p.metadata) for p in parts
+        TopicPartition(
+            p.topic, p.partition, to[(p.topic, p.partition)], reset_metadata(p.metadata, mark)
+        )
+        for p in parts
     ]
     client = common.admin(settings)
     request = ConsumerGroupTopicPartitions(settings.group_id, tps)
@@ -155,6 +220,57 @@ def alter(
     ]
     if failed:
         raise Problem(f"KAFKA_GROUP_ID: Kafka refused offsets ({'; '.join(failed)})")
+    return mark
+
+
+def followed(settings: Settings, held_by: list[Holder], mark: Reset) -> None:
+    """After `--force`: wait until each instance that held a partition commits it under its
+    own name, at most its lease. One that keeps the reset's fields followed it; one that
+    does not committed its position over it (an earlier version, or its commit crossed the
+    reset's): Problem. One that commits nothing within its lease is gone or stuck."""
+    from flows.fencing import Owner, Reset
+
+    waiting = {(p.topic, p.partition): owner for owner, _, mine in held_by for p in mine}
+    deadline = time.monotonic() + max(owner.lease_s for owner, _, _ in held_by)
+    overwritten: list[str] = []
+    while waiting:
+        topics: dict[str, set[int]] = {}
+        for t, n in waiting:
+            topics.setdefault(t, set()).add(n)
+        for p in common.offsets(settings, settings.group_id, topics):
+            key = (p.topic, p.partition)
+            owner, found = Owner.parse(p.metadata), Reset.parse(p.metadata)
+            if owner is None and found == mark:
+                continue  # not checked yet
+            del waiting[key]
+            if owner is not None and found == mark:
+                common.err.print(
+                    f"es-sink: --force: instance {owner.token} reads {p.topic}/{p.partition} "
+                    f"from the new offset (committed {p.committed})",
+                    highlight=False,
+                    markup=False,
+                )
+            else:
+                who = f"instance {owner.describe()}" if owner is not None else "another tool"
+                overwritten.append(
+                    f"{who} committed {p.topic}/{p.partition} at {p.committed} over the reset"
+                )
+        if waiting and time.monotonic() > deadline:
+            for (t, n), owner in waiting.items():
+                common.err.print(
+                    f"es-sink: --force: instance {owner.token} did not commit {t}/{n} within "
+                    f"its lease of {owner.lease_s:g} s (stopped, or stuck); the reset stands",
+                    highlight=False,
+                    markup=False,
+                )
+            break
+        if waiting:
+            time.sleep(0.5)
+    if overwritten:
+        raise Problem(
+            f"KAFKA_GROUP_ID: {'; '.join(overwritten)} (an earlier version, or a commit that "
+            "crossed the reset's); stop every process first, then reset again"
+        )
 
 
 @offsets_app.command("reset")
@@ -165,23 +281,42 @@ def reset(
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; change nothing."),
     api: list[str] | None = control.ApiOpt,
     probe_s: float = typer.Option(
-        PROBE_S, "--probe-s", min=0, help="Without a status API, watch the commits this long."
+        PROBE_S,
+        "--probe-s",
+        min=0,
+        help="For partitions whose commit names no owner, watch the commits this long.",
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Move them even while an instance holds them: it reads from there at its next "
+        "check (within an epoch).",
     ),
     json_out: bool = common.JsonOpt,
 ) -> None:
-    """Move the group's committed offsets (refused while a flow of the group runs)."""
+    """Move the group's committed offsets (refused while an instance of the group holds
+    them, unless --force)."""
     with common.errors_as_exits():
         settings = common.load_settings()
         parts = common.flow_partitions(settings, topic, partition)
         new = targets(settings, parts, to)
         if not dry_run:
-            why = running(settings, api, probe_s)
+            why = running(settings, parts, api, probe_s) if not force else None
             if why is not None:
                 raise Problem(
                     f"KAFKA_GROUP_ID: refusing to move the offsets of group {settings.group_id}: "
-                    f"a flow of it is running ({why}); stop every process first"
+                    f"{why}; stop every process first, or pass --force"
                 )
-            alter(settings, parts, new)
+            held_by = holders(parts, int(time.time() * 1000)) if force else []
+            for owner, why, mine in held_by:
+                common.err.print(
+                    f"es-sink: --force: {_names(mine)} held by instance {owner.describe()}: "
+                    f"{why}; waiting up to {owner.lease_s:g} s for it to read from the new "
+                    "offset (at its next check, within an epoch)",
+                    highlight=False,
+                    markup=False,
+                )
+            mark = alter(settings, parts, new)
         changes = [
             {
                 "topic": p.topic,
@@ -195,11 +330,13 @@ def reset(
             common.emit_json(
                 {"group": settings.group_id, "to": to, "dry_run": dry_run, "changes": changes}
             )
-            return
-        verb = "would move" if dry_run else "moved"
-        for c in changes:
-            common.out.print(
-                f"{verb} {c['topic']}/{c['partition']}: {_dash(c['from'])} -> {c['to']}",
-                highlight=False,
-                markup=False,
-            )
+        else:
+            verb = "would move" if dry_run else "moved"
+            for c in changes:
+                common.out.print(
+                    f"{verb} {c['topic']}/{c['partition']}: {_dash(c['from'])} -> {c['to']}",
+                    highlight=False,
+                    markup=False,
+                )
+        if not dry_run and held_by:
+            followed(settings, held_by, mark)
