@@ -75,7 +75,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
@@ -149,8 +149,9 @@ class Owner:
     after: str = ""
     """The owner whose bulks it still waits for before it reads (it has written nothing
     yet): a successor takes that wait over."""
-    at_ms: int = 0
-    """When it made the commit that names it (wall clock; 0: a commit of an earlier version)."""
+    at_ms: int = field(default=0, compare=False)
+    """When it made the commit that names it (wall clock; 0: a commit of an earlier
+    version). Not part of the owner's identity: its commits compare equal."""
 
     @classmethod
     def parse(cls, metadata: str | None) -> Owner | None:
