@@ -181,13 +181,15 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         # An operator's reset wins over the recovery snapshot until a snapshot from its
         # offset on is durable: until then the group's commits keep its fields.
         self._reset = fencing.Reset.parse(group.metadata) if group.offset >= 0 else None
+        followed = fencing.Owner.parse(group.metadata) is not None  # by an instance's commit
+        if followed and resume_offset == self._committed:
+            self._reset = None  # the snapshot resumes where the group is: nothing to override
         self._reset_snapshots = 0
         self._moving: int | None = None  # to read again from (a reset, a take-back)
         self._moving_why = ""  # whence that offset came, for `_in_log`'s lines
         if self._reset is not None:
             start = cast(int, self._committed)
-            # An owner's commit that keeps the reset's fields followed it already.
-            how = "following" if fencing.Owner.parse(group.metadata) else "set by"
+            how = "following" if followed else "set by"
             origin = f"group {settings.group_id} committed offset, {how} {self._reset.describe()}"
             if resume_offset is not None and resume_offset != start:
                 origin += f", not the recovery snapshot's {resume_offset}"

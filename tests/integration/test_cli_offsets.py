@@ -208,4 +208,4 @@ def test_a_flow_with_a_recovery_directory_follows_a_reset_over_its_snapshot(
     third = run_flow(services, env, *args)
     assert third.returncode == 0, third.output
     (start,) = [x for x in third.output.splitlines() if "starts at offset" in x]
-    assert f"source partition {topic}/0 starts at offset 50 " in start  # not again from 0
+    assert f"source partition {topic}/0 starts at offset 50 (recovery snapshot)" in start

@@ -693,6 +693,27 @@ def test_a_reset_is_followed_over_the_recovery_snapshot_once(
     assert make(2, FENCE_WAIT_S="0")._next == 2  # the snapshot: the reset is not followed twice
 
 
+def test_a_followed_reset_whose_snapshot_resumes_where_the_group_is_overrides_nothing(
+    make: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clean stop soon after following a reset leaves its fields in the last commit;
+    a snapshot at that same offset resumes as usual and the next commit drops them."""
+    reset_commit(0)
+    part = make(3, KAFKA_STOP_AT_END="true")
+    part._consumer.assign([TopicPartition("t", 0, 0)])
+    part.next_batch()
+    halt.EXAMINED[("t", 0)] = 3
+    part.snapshot()
+    with pytest.raises(StopIteration):
+        part.next_batch()
+    assert BROKER.commits[-1] == (3, f"es-sink {RESET_WORDS} {owner(part).words()} released")
+    with caplog.at_level(logging.INFO, logger="flows.source"):
+        again = make(3)
+    (line,) = [m for m in caplog.messages if "starts at" in m]
+    assert line == "source partition t/0 starts at offset 3 (recovery snapshot); log end 3"
+    assert BROKER.commits[-1] == (3, f"es-sink {owner(again).words()}")
+
+
 def test_a_reset_is_followed_without_fencing_too(make: Any) -> None:
     BROKER.offset, BROKER.metadata = 3, "es-sink partitions=1"
     reset_commit(1)
