@@ -126,9 +126,7 @@ def _audit_index(result: AuditResult, es: Any, index: str, truth: Truth, expect:
             result.extra += 1
             result.note(f"extra document {doc_id!r}: {_short(hit.get('_source'))}")
             continue
-        p = truth.partition_of(doc_id)
-        end = expect.ends.get(p, 0)
-        low, high = expect.bounds.get(p, (end, end))
+        low, high = _bounds(truth, doc_id, expect)
         allowed = truth.allowed(doc_id, low, high)
         problem = _mismatch(hit, seq, allowed.recs, truth, expect)
         if problem is None:
@@ -146,9 +144,7 @@ def _audit_index(result: AuditResult, es: Any, index: str, truth: Truth, expect:
         want = [f"{recs[i].partition}@{recs[i].offset}" for i in sorted(allowed.recs)][-3:]
         result.note(f"wrong document {doc_id!r}: {problem}; expected the write of {want}")
     for doc_id in truth.ops.keys() - docs.keys():
-        p = truth.partition_of(doc_id)
-        end = expect.ends.get(p, 0)
-        low, high = expect.bounds.get(p, (end, end))
+        low, high = _bounds(truth, doc_id, expect)
         if not truth.allowed(doc_id, low, high).absent:
             result.lost += 1
             i = truth.last(doc_id)
@@ -156,6 +152,17 @@ def _audit_index(result: AuditResult, es: Any, index: str, truth: Truth, expect:
                 f"lost document {doc_id!r}: last write at partition {recs[i].partition} "
                 f"offset {recs[i].offset}"
             )
+
+
+def _bounds(truth: Truth, doc_id: str, expect: Expect) -> tuple[dict[int, int], dict[int, int]]:
+    """`Truth.allowed`'s (low, high) per partition of the document: `expect.bounds`, else
+    the end offset, both (a completed run: exactly its newest write, moved or not)."""
+    low: dict[int, int] = {}
+    high: dict[int, int] = {}
+    for p in truth.partitions(doc_id):
+        end = expect.ends.get(p, 0)
+        low[p], high[p] = expect.bounds.get(p, (end, end))
+    return low, high
 
 
 def _mismatch(

@@ -24,7 +24,8 @@ Exit status: 0 when every mode completed with nothing lost, wrong, extra, undele
 from an aborted transaction, every bad record (and no good one) in the dead-letter topic,
 committed offsets at the end offsets, no committed or resume offset ahead of durable
 writes at any kill (`chaos.invariants`), every SIGTERM in an outage answered in time and
-non-zero, new partitions read by the running flow (`grow`), every stop on the earliest
+non-zero, new partitions read by the running flow and a moved key with an older write
+unread when they were added (`grow`), every stop on the earliest
 bad record (`strict`), and no crash of the flow on its own; 1 otherwise; 2 when the
 harness itself could not run.
 """
@@ -192,10 +193,12 @@ def summary(mode: str, r: ModeResult, seed: int, rate: float, seconds: float) ->
         f"txn_aborted={len(r.produced.aborted)} "
     )
     if r.growth is not None:
-        g = r.growth
+        g, m = r.growth, r.growth.moves
         line += (
             f"partitions_added={g.add if g.done else 0} grow_live={int(g.live)} "
             f"grow_seen_s={g.seen_s:.1f} early_exits={stats.early_exits} "
+            f"grow_backlog={m.backlog} keys_moved={m.keys_moved} moved_unread={m.moved_unread} "
+            f"newest_new={m.newest_new} grow_held={g.held} "
         )
     if r.faults is not None:
         f = r.faults

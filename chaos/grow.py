@@ -1,26 +1,83 @@
-"""Partitions added to the topic while the flow runs (`grow` mode).
+"""Partitions added to the topic while the flow runs (`grow` mode), moving keys.
 
-Once the attempt after kill number `at_kill` is reading, `grow()` adds `add` partitions
+Once the attempt after kill number `at_kill` is reading (in `layout`: 3 workers, so that
+partitions p and p + 4 are read by different workers, see `chaos.modes.GROW_LAYOUT`),
+`grow()` notes the group's committed offsets, adds `add` partitions
 (AdminClient.create_partitions) and produces the second part of the workload
-(`chaos.workload.growth`: updates of existing keys to their old partitions, new keys only
-on the new partitions, so the expected final state stays defined under VERSION=none).
-`watch()` then waits, without interrupting, until the running flow commits an offset on
-a new partition (`live`, after `seen_s` seconds) or GROW_PICKUP_S passes: a flow that
-only reads partitions it listed at start would read them after the next restart, with
-nothing lost in the end (the audit passes) but `grow_live=0` in the summary.
+(`chaos.workload.growth`): every record goes where a key-hash partitioner puts its key
+over the new total, so about half of the existing keys move to a new partition while their
+older writes may still wait unread in the old partitions' backlog. Under VERSION=none each
+such document must still end at its newest write, which only the flow's hold of added
+partitions (`flows.discovery`) provides. `Moves` counts what the growth did: the old
+partitions' backlog when the partitions were added (`backlog`), the documents whose key
+moved (`keys_moved`), those of them with an older write not yet committed then
+(`moved_unread`: the ones a new partition read beside that backlog could leave at an older
+write), and the documents whose newest write came from a new partition (`newest_new`);
+`held` counts the new partitions the flow logged it held.
+`watch()` then waits, without interrupting, until the running flow commits an offset on a
+new partition (`live`, after `seen_s` seconds) or GROW_PICKUP_S passes: a flow that only
+reads partitions it listed at start would read them after the next restart, with nothing
+lost in the end but `grow_live=0` in the summary.
 """
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from chaos.flow import Flow
 from chaos.monitor import Monitor
+from chaos.truth import INFINITY, Truth
 
 GROW_PICKUP_S = 60.0
+_HOLD = re.compile(rb"source partition (?P<topic>\S+)/(?P<p>\d+): added to its topic while")
+
+
+@dataclass
+class Moves:
+    """What adding the partitions did to the keys (see the module docstring)."""
+
+    backlog: int = 0
+    keys_moved: int = 0
+    moved_unread: int = 0
+    newest_new: int = 0
+
+    @classmethod
+    def of(
+        cls, truth: Truth, first_new: int, committed: dict[int, int], ends: dict[int, int]
+    ) -> Moves:
+        """Count them in `truth`, with the old partitions' `committed` and `ends` offsets as
+        they were when the partitions were added."""
+        recs = truth.recs
+        moves = cls()
+        for p, end in ends.items():
+            moves.backlog += max(end - max(committed.get(p, end), 0), 0)
+        for doc_id, ops in truth.ops.items():
+            moves.newest_new += recs[ops[-1]].partition >= first_new
+            if doc_id in truth.moved:
+                moves.keys_moved += 1
+                moves.moved_unread += any(
+                    recs[i].partition < first_new
+                    and recs[i].offset >= committed.get(recs[i].partition, INFINITY)
+                    for i in ops
+                )
+        return moves
+
+
+def holds_logged(logs: Iterable[Path], topic: str) -> set[int]:
+    """The partitions of `topic` the flow logged it held as added (`flows.discovery`)."""
+    held: set[int] = set()
+    for log in logs:
+        try:
+            data = log.read_bytes()
+        except OSError:
+            continue
+        held.update(int(m["p"]) for m in _HOLD.finditer(data) if m["topic"].decode() == topic)
+    return held
 
 
 @dataclass
@@ -29,14 +86,20 @@ class Growth:
     add: int
     first_new: int
     """The first new partition's number (= the partition count before)."""
-    produce: Callable[[], int]
-    """Adds the partitions, produces the records, updates the truth; returns the count."""
+    produce: Callable[[], tuple[int, Moves]]
+    """Notes the committed offsets, adds the partitions, produces the records, updates the
+    truth; returns the count of records and what moved."""
+    layout: str | None = None
+    """The layout of the attempt that adds the partitions (None: the next in turn)."""
     done: bool = False
     live: bool = False
     seen_s: float = -1.0
     exited: bool = False
     """The flow exited before it committed on a new partition."""
     records: int = 0
+    moves: Moves = field(default_factory=Moves)
+    held: int = 0
+    """New partitions the flow logged it held until the older ones were read to their end."""
     _at: float = field(default=0.0, repr=False)
 
     def due(self, kills: int) -> bool:
@@ -44,11 +107,15 @@ class Growth:
 
     def grow(self, say: Callable[[str], None]) -> None:
         self._at = time.monotonic()
-        self.records = self.produce()
+        self.records, self.moves = self.produce()
         self.done = True
+        m = self.moves
         say(
-            f"added partitions {self.first_new}..{self.first_new + self.add - 1} and produced "
-            f"{self.records} more records in {time.monotonic() - self._at:.1f}s"
+            f"added partitions {self.first_new}..{self.first_new + self.add - 1} while the old "
+            f"ones had {m.backlog} records not committed, and produced {self.records} more "
+            f"records in {time.monotonic() - self._at:.1f}s: {m.keys_moved} keys moved to a new "
+            f"partition, {m.moved_unread} of them with an older write not committed yet; "
+            f"{m.newest_new} documents end at a write of a new partition"
         )
 
     def watch(self, flow: Flow, monitor: Monitor, check_time: Callable[[], Any]) -> None:

@@ -10,9 +10,17 @@ last op below it), and every bad record below it is in the dead-letter topic (un
 ERRORS_TOLERANCE=none no bad record ever is, so a committed offset past one is flagged).
 When the next attempt starts, the first offset it logs per partition ("starts at offset N
 (recovery snapshot | group ...)") is checked the same way against that record: a restart
-must never skip a record that is not durable. In-flight bulks that finish inside
-Elasticsearch after the kill only make the check more lenient, never stricter, so it has
-no false alarms.
+must never skip a record that is not durable. A document on one partition is checked
+against that partition's offset alone. A document whose key moved to an added partition
+(`Truth.moved`) is checked once per capture, against the offsets of both its partitions
+(`Truth.allowed`): with one of its new-partition writes below that partition's offset it
+must be at that write or a later one, since the flow reads a new partition only once the
+older ones are committed to their end, so no older write may land after it (one that did
+is counted like a record lost below the offset: the order the final audit checks, failed
+early); otherwise at least at its last old-partition write below the old partition's
+offset, or at any write of the new partition (read, perhaps not committed). In-flight
+bulks that finish inside Elasticsearch after the kill only make the check more lenient,
+never stricter, so it has no false alarms.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.audit import committed_offsets, end_offsets, scan_index, seq_of
-from chaos.truth import INFINITY, Truth
+from chaos.truth import INFINITY, Bound, Truth
 
 _START = re.compile(
     rb"source partition (?P<topic>\S+)/(?P<p>\d+) starts at offset (?P<o>\d+) \((?P<why>[^)]*)\)"
@@ -155,19 +163,30 @@ class Invariants:
                         f"{what}: partition {p} at {upto}, but bad record {rec.offset} "
                         f"({rec.kind}) is not in the dead-letter topic"
                     )
+            where = f"{what}: partition {p} at {upto}"
             for doc_id in truth.ids_by_partition.get(p, ()):
-                allowed = truth.allowed(doc_id, upto, INFINITY)
-                state = durable.docs.get(doc_id)
-                if (state is None and allowed.absent) or state in allowed.recs:
-                    continue
-                missing += 1
-                i = truth.last(doc_id)
-                self.found.note(
-                    f"{what}: partition {p} at {upto}, but document {doc_id!r} is at record "
-                    f"{state} (allowed: {sorted(allowed.recs)[-3:]}, absent "
-                    f"{allowed.absent}; its last write is {truth.recs[i].offset})"
-                )
+                if doc_id not in truth.moved:
+                    missing += self._check_doc(durable, doc_id, upto, where)
+        for doc_id in truth.moved:  # once, against the offsets of both its partitions
+            at = {q: offsets[q] for q in truth.partitions(doc_id) if offsets.get(q, 0) > 0}
+            if at:
+                where = ", ".join(f"partition {q} at {o}" for q, o in at.items())
+                missing += self._check_doc(durable, doc_id, at, f"{what}: {where}")
         return missing
+
+    def _check_doc(self, durable: Durable, doc_id: str, low: Bound, where: str) -> int:
+        truth = self.truth
+        allowed = truth.allowed(doc_id, low, INFINITY)
+        state = durable.docs.get(doc_id)
+        if (state is None and allowed.absent) or state in allowed.recs:
+            return 0
+        last = truth.recs[truth.last(doc_id)]
+        self.found.note(
+            f"{where}, but document {doc_id!r} is at record {state} (allowed: "
+            f"{sorted(allowed.recs)[-3:]}, absent {allowed.absent}; its last write is "
+            f"{last.partition}@{last.offset})"
+        )
+        return 1
 
     def after_kill(self) -> Durable:
         """Capture durable state and check the committed offsets against it."""

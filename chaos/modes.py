@@ -9,7 +9,7 @@ SIGKILLs at random moments (`chaos.runner`). What differs:
 | --- | --- | --- | --- |
 | `recovery` | a recovery store | 1w,3w,2p,1w,9w (rescaled) | VERSION=header:chaos-seq |
 | `offsets` | group offsets | 2w,2p | 3% tombstones deleting, ES_ROUTING=key, 3 shards |
-| `grow` | group offsets | 2w,2p | 4 partitions, 4 added mid-run, VERSION=none |
+| `grow` | group offsets | 2w,2p, 3w grows | 4 partitions + 4 mid-run: keys move; VERSION=none |
 | `late` | group offsets | 2w,1w,2p | VERSION=none, bulks held past timeouts and kills |
 | `update` | group offsets | 2w,1w | WRITE_METHOD=update, 3% tombstones deleting, item 429s |
 | `script` | a recovery store | 2w,1w | WRITE_METHOD=script, as `update`; OpenSearch only |
@@ -21,7 +21,14 @@ backfill ends at the end offsets it had at start, so it leaves new partitions to
 run), stopped by SIGTERM once everything is committed, and with
 KAFKA_AUTO_OFFSET_RESET=latest: the group's offsets are set to 0 before the first run (as
 an operator creating a group for a backlog does), so only the partitions added later have
-no offset, and they must still be read from their beginning.
+no offset, and they must still be read from their beginning. The partitions are added
+while the old ones still have a backlog, and the records after that go where a key-hash
+partitioner puts them over 8 partitions: a key on partition p stays or moves to p + 4,
+its older writes possibly still unread on p. Under VERSION=none every document, moved
+or not, must end at its newest write, and the mode passes only if some moved key had an
+older write not yet committed when the partitions were added. The attempt that adds them
+runs 3 workers (`GROW_LAYOUT`), so that a moved key's old and new partitions are read by
+different workers.
 
 `late`, `update` and `script` put an HTTP proxy in ES_HOSTS (`chaos.faults`): `late`
 holds bulks until after the flow was killed and restarted, then delivers them (VERSION=none:
@@ -69,6 +76,13 @@ GROW_FIRST = 4
 GROW_ADD = 4
 GROW_SHARE = 0.3
 """Share of the `grow` mode's records produced after the partitions were added."""
+GROW_LAYOUT = "3w"
+"""The layout of the `grow` attempt that adds the partitions (unless `--layouts` is given).
+Bytewax gives a worker the partitions whose place in the list is its index modulo the
+worker count: with 2 workers (2w, 2p) partitions p and p + 4 share a worker, whose one
+consumer hands out the old partition's prefetched backlog before the new partition's
+records, which would hide a flow that reads a new partition too early. With 3 every
+moved key's old and new partitions are read by different workers, side by side."""
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,9 @@ layout a kill hits one process (the survivor is waited for and SIGKILLed if it h
 at once, or all staggered by up to a second. After every interruption the harness waits
 until no `_bulk` of the dead flow still runs, then checks what is durable
 (`chaos.invariants`, and `chaos.strict` for a stop). `grow` adds partitions while an
-attempt runs (`chaos.grow`). After the last interruption the flow runs undisturbed until it
-exits 0 with nothing left (strict: until two runs in a row stopped on the same record).
+attempt runs (`chaos.grow`), in the layout the growth asks for (`chaos.modes.GROW_LAYOUT`).
+After the last interruption the flow runs undisturbed until it exits 0 with nothing left
+(strict: until two runs in a row stopped on the same record).
 """
 
 from __future__ import annotations
@@ -143,6 +144,12 @@ class Chaos:
             while True:
                 self._check_time()
                 layout = self.layouts[self.stats.runs % len(self.layouts)]
+                if (
+                    self.growth is not None
+                    and self.growth.layout
+                    and self.growth.due(self.stats.kills)
+                ):
+                    layout = self.growth.layout  # the attempt that adds the partitions
                 self.stats.runs += 1
                 self.stats.layouts[layout] = self.stats.layouts.get(layout, 0) + 1
                 name = f"run-{self.stats.runs:03d}-{layout}"

@@ -16,9 +16,17 @@ from chaos import truth as truths
 from chaos.audit import AuditResult, Expect, audit, end_offsets
 from chaos.faults import Faults
 from chaos.flow import ROOT, consecutive_ports, flow_env
-from chaos.grow import Growth
+from chaos.grow import Growth, Moves, holds_logged
 from chaos.invariants import Invariants
-from chaos.modes import EPOCH_S, GROW_ADD, GROW_SHARE, RECOVERY_PARTITIONS, Mode, base_settings
+from chaos.modes import (
+    EPOCH_S,
+    GROW_ADD,
+    GROW_LAYOUT,
+    GROW_SHARE,
+    RECOVERY_PARTITIONS,
+    Mode,
+    base_settings,
+)
 from chaos.monitor import Monitor
 from chaos.produce import Produced, produce
 from chaos.proxy import Proxy
@@ -92,6 +100,18 @@ def prime_group(bootstrap: str, group: str, topic: str, partitions: int) -> None
         consumer.close()
 
 
+def old_committed(monitor: Monitor, partitions: int) -> dict[int, int]:
+    """The group's committed offsets of partitions 0..`partitions`-1, asked until the
+    broker answers for all of them (10 s at most; a partition it never answered for is
+    left out, which `Moves` counts as read to its end)."""
+    deadline = time.monotonic() + 10
+    while True:
+        got = monitor.committed_by_partition()
+        if all(p in got for p in range(partitions)) or time.monotonic() > deadline:
+            return {p: o for p, o in got.items() if p < partitions}
+        time.sleep(0.2)
+
+
 def forced_plans(kills: int, outages: int, rng: random.Random) -> dict[int, str]:
     """Kill numbers that are SIGTERMs in an outage: `outage` and `outage2` alternately,
     never the first attempt (it is the one that builds everything from nothing)."""
@@ -146,7 +166,10 @@ def run_mode(
                 low, high = gone.get(r.partition, (0, 0))
                 return low <= r.offset < high
 
-            return truths.build(topic, recs, deletes=mode.deletes, gone=deleted)
+            return truths.build(
+                topic, recs, deletes=mode.deletes, gone=deleted,
+                grown_at=first if mode.grow else None,
+            )  # fmt: skip
 
         truth = rebuild()
         finals = [truth.allowed(d, truths.INFINITY, truths.INFINITY) for d in truth.ops]
@@ -186,8 +209,10 @@ def run_mode(
         grower: Growth | None = None
         if mode.grow:
 
-            def grow_now() -> int:
+            def grow_now() -> tuple[int, Moves]:
                 nonlocal truth, ends
+                committed = old_committed(monitor, mode.partitions)
+                before = dict(ends)
                 add_partitions(args.bootstrap, topic, mode.partitions + GROW_ADD)
                 more = growth(recs, records - first, seed, mode.partitions, GROW_ADD)
                 extra = produce(
@@ -202,11 +227,11 @@ def run_mode(
                 produced.aborted_txns += extra.aborted_txns
                 truth = invariants.truth = rebuild()
                 ends = end_offsets(args.bootstrap, topic)
-                return len(more)
+                return len(more), Moves.of(truth, mode.partitions, committed, before)
 
             grower = Growth(
                 at_kill=max(args.kills // 2, 1), add=GROW_ADD, first_new=mode.partitions,
-                produce=grow_now,
+                produce=grow_now, layout=None if args.layouts else GROW_LAYOUT,
             )  # fmt: skip
         resetter: Reset | None = None
         if mode.reset:
@@ -285,6 +310,8 @@ def run_mode(
             es=es, bootstrap=args.bootstrap, truth=truth, index=index, dlq_topic=dlq,
             group=group, expect=expect,
         )  # fmt: skip
+        if grower is not None:
+            grower.held = len(holds_logged(logdir.glob("run-*.log"), topic))
         for line in result.details + invariants.found.examples:
             say(f"[{mode.name}] {line}")
         if strict is not None:
@@ -327,7 +354,8 @@ def _passed(
         and stats.outage.hung == stats.outage.exit0 == 0
     )
     if grower is not None:
-        ok = ok and grower.done and grower.live
+        # The road is walked only if some moved key still had an older write unread.
+        ok = ok and grower.done and grower.live and grower.moves.moved_unread > 0
     if reset is not None:
         ok = ok and reset.done and reset.warned and reset.consistent
         ok = ok and reset.metric == reset.unread

@@ -1,11 +1,12 @@
 """The keyed workload: good updates, ~2% bad records of many kinds, tombstones, null keys.
 
-Every record is produced to an explicit partition chosen here (CRC-32 of the key modulo
-the partition count; null and empty keys anywhere), so a key lives on exactly one
-partition, also after partitions are added (`growth`: existing keys stay where they were,
-new partitions get new keys only), and its offsets grow with its updates. Each good
-document carries its position in the record list as `seq`, so a document in the index
-names the record that wrote it. Offsets come from the broker's delivery reports
+Every record is produced to an explicit partition chosen here: a key-hash partitioner's
+choice, CRC-32 of the key modulo the partition count (null and empty keys anywhere), so a
+key's offsets grow with its updates on its partition. Once partitions are added (`growth`)
+the same function over the new total places every later record, so about half of the
+existing keys move to a new partition, as they do under a producer's default partitioner.
+Each good document carries its position in the record list as `seq`, so a document in the
+index names the record that wrote it. Offsets come from the broker's delivery reports
 (`chaos.produce`); the expected final state is derived from them (`chaos.truth`).
 """
 
@@ -310,20 +311,24 @@ def generate_strict(records: int, seed: int, partitions: int = PARTITIONS) -> li
 def growth(
     recs: list[Rec], records: int, seed: int, old_partitions: int, new_partitions: int
 ) -> list[Rec]:
-    """Records for after `new_partitions` were added: existing keys stay on their partition,
-    the new partitions get new keys only (so per-key order stays defined, VERSION=none)."""
+    """Records for after `new_partitions` were added to `old_partitions`, each placed where a
+    key-hash partitioner puts its key over the new total (`partition_for(key, total)`): half
+    of them update existing keys, of which a key on partition p stays there or moves to
+    another (p + 4 when 4 grow to 8), the rest are new keys. A moved key's older writes
+    were all produced before the partitions were added; under VERSION=none its document
+    must still end at its newest write (`chaos.truth` orders its writes by produce order).
+    Null keys go to any partition."""
     rng = random.Random(f"{seed}-growth")
-    owner = {r.key.decode(): r.partition for r in recs if r.key and r.kind == "good"}
-    old_keys = sorted(owner)
-    new_pick = _skewed_keys(rng, max(10, records // 4), new_partitions, "new", old_partitions)
+    total = old_partitions + new_partitions
+    old_keys = sorted({r.key.decode() for r in recs if r.key and r.kind == "good"})
+    new_pick = _skewed_keys(rng, max(10, records // 4), total, "new")
 
     def pick() -> tuple[str, int]:
         if old_keys and rng.random() < 0.5:
             key = rng.choice(old_keys)
-            return key, owner[key]
+            return key, partition_for(key.encode(), total)
         return new_pick()
 
-    total = old_partitions + new_partitions
     plans = _plan(rng, records, total, BAD_SHARE, pick)
     return [make_record(rng, p, len(recs) + i) for i, p in enumerate(plans)]
 
