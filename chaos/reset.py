@@ -10,6 +10,11 @@ and the cut) to the cut, the records were never read and are gone by the broker'
 the ground truth drops them (`deleted`), so a document the flow wrote from them is extra
 or wrong and one it skipped past the cut is lost; the flow must count exactly them in
 `es_sink_offsets_deleted_unread_total`.
+
+A pause outlives the process (the group's commits record it): an event that ends without
+its resume (the flow exited, or would not pause in time) resumes the flow there if it still
+runs, and otherwise leaves `left_paused` for the runner to resume the next start
+(`resume_left`).
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ class Reset:
     metric: int = -1
     """es_sink_offsets_deleted_unread_total of the partition after the resume (-1: unread)."""
     warned: bool = False
+    left_paused: bool = False
+    """Paused, and not resumed yet: the next start of the flow starts paused."""
 
     @property
     def unread(self) -> int:
@@ -85,6 +92,38 @@ class Reset:
         pick = max(mine, key=lambda q: (q["position"] > 0, q["end"] - q["position"]))
         p = int(pick["partition"])
         api.put("/pause")
+        self.left_paused = True
+        try:
+            return self._paused(api, p, pick, flow, monitor, check_time)
+        finally:
+            if self.left_paused and not flow.any_exited():
+                self._resume(api)
+
+    def _resume(self, api: _Api) -> None:
+        try:
+            api.put("/resume")
+            self.left_paused = False
+        except OSError:  # gone meanwhile: `resume_left` resumes its next start
+            pass
+
+    def resume_left(self, flow: Flow, check_time: Callable[[], None]) -> None:
+        """Resume a start that a pause left by an unfinished event holds (its API up)."""
+        api = _Api(self.api_port)
+        deadline = time.monotonic() + 60
+        while self.left_paused and time.monotonic() < deadline and not flow.any_exited():
+            check_time()
+            self._resume(api)
+            time.sleep(0.3)
+
+    def _paused(
+        self,
+        api: _Api,
+        p: int,
+        pick: dict[str, Any],
+        flow: Flow,
+        monitor: Monitor,
+        check_time: Callable[[], None],
+    ) -> bool:
         deadline = time.monotonic() + WAIT_S
         position = -1
         while time.monotonic() < deadline and not flow.any_exited():
@@ -104,6 +143,7 @@ class Reset:
         self.cut = position + max(1, min(QUEUED_MAX + CUT_MAX, (end - position) * 3 // 4))
         _delete_records(self.bootstrap, self.topic, p, self.cut)
         api.put("/resume")
+        self.left_paused = False
         self.done = True
         label = re.compile(
             rf'^es_sink_offsets_deleted_unread_total\{{[^}}]*partition="{p}"[^}}]*\}} (\S+)$',

@@ -214,6 +214,8 @@ class Chaos:
             raise HarnessTimeout(msg)
 
     def _attempt_to_end(self, flow: Flow) -> Outcome:
+        if self.reset is not None and self.reset.left_paused:
+            self.reset.resume_left(flow, self._check_time)
         if self.growth is not None and not self.growth.done:
             self._grow(flow)
         elif self.reset is not None and not self.reset.done:
@@ -316,6 +318,8 @@ class Chaos:
 
     def _attempt_with_kill(self, flow: Flow, committed_before: int) -> Outcome:
         rng = self.rng
+        if self.reset is not None and self.reset.left_paused:
+            self.reset.resume_left(flow, self._check_time)
         if self.growth is not None and self.growth.due(self.stats.kills) and not self._grow(flow):
             return self._gone(flow)
         if self.reset is not None and self.reset.due(self.stats.kills) and not self._reset(flow):

@@ -48,7 +48,7 @@ from typing import Literal, cast
 from bytewax.inputs import StatefulSourcePartition
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, Message, TopicPartition
 
-from flows import shutdown
+from flows import control, shutdown
 from flows.config import Settings
 from flows.errors import ConfigError
 from flows.fencing import CHECK_TIMEOUT_S, metadata_fields, unread
@@ -304,7 +304,8 @@ def earliest_reason(
 def check_start(settings: Settings, found: Partitions) -> None:
     """Once per execution, before any partition is built (the entry point, then every
     worker's `KafkaSource.list_parts`): refuse what VERSION=offset cannot order
-    (`offsets_comparable`) and find the partitions to hold (`find_grown`)."""
+    (`offsets_comparable`), find the partitions to hold (`find_grown`) and start paused
+    if the group's commits record a pause (`restore_pause`)."""
     with _start_lock:
         with _lock:
             ex = _executions.setdefault(settings, _Execution())
@@ -312,8 +313,24 @@ def check_start(settings: Settings, found: Partitions) -> None:
                 return
         offsets_comparable(settings, found)
         grown = find_grown(settings, found)
+        restore_pause(settings, found)
         with _lock:
             ex.grown, ex.started = grown, True
+
+
+def restore_pause(settings: Settings, found: Partitions) -> None:
+    """Start paused when the committed metadata of any partition of the flow's topics
+    records a pause (`flows.control`): every partition, not only this process's, so that
+    every process of a cluster honours it whatever the layout it was paused in."""
+    tps = [TopicPartition(t, p) for t, ps in found.items() for p in ps]
+    if not tps:
+        return
+    consumer = group_consumer(settings)
+    try:
+        answer = committed(consumer, tps)
+    finally:
+        consumer.close()
+    control.restore((tp.metadata for tp in answer if tp.offset >= 0), settings.group_id)
 
 
 def offsets_comparable(settings: Settings, found: Partitions) -> None:

@@ -214,13 +214,18 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             start, origin = reset, f"auto.offset.reset={settings.auto_offset_reset}"
         self._version_offset = settings.version == "offset"
         start = self._in_log(start, origin, low, high)
-        self._next = start
+        self._next = self._start_offset = start
         self._end = high
         self._pending: int | None = None
         self._committed_at = time.monotonic()
         # The topic's partition count goes with every commit, so that a start can tell
         # partitions added since (VERSION=offset) from offsets that merely expired.
         self._commit_metadata = discovery.commit_metadata(settings, topic)
+        self._unread_at: int | None = None  # the offset an announcement committed unread
+        # The pause this partition's commits recorded (flows.control), as last seen and as
+        # last sent: a change is committed at once, a failed commit again each epoch.
+        self._mark_seen = control.marker()
+        self._mark_sent: str | None = self._mark_seen
         self._held_snapshotted = False
         self._durable = self._next  # then each snapshot, once next_batch is called again
         if self._new is None:  # a held new partition commits nothing (flows.discovery)
@@ -296,6 +301,13 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             # It read nothing: commit and release nothing, so that whoever comes next waits
             # for the previous owner (and its bulks) as this instance did.
             raise StopIteration
+        mark = control.marker()
+        if mark != self._mark_seen:  # paused or resumed: the group's commits record it now
+            self._mark_seen = mark
+            if self._pending is None:
+                if self._committed is None and self._durable == self._start_offset:
+                    self._unread_at = self._durable  # FENCING=false: no announcement made
+                self._pending = self._durable
         if self._pending is not None:
             final = self._finishing()
             self._commit(self._pending, final, release=final and self._pending == self._next)
@@ -375,7 +387,11 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             if self._reset_snapshots >= RESET_SNAPSHOTS:
                 self._reset = None
                 self._pending = offset  # the commit that drops the reset's fields
-        if offset != self._committed or time.monotonic() - self._committed_at > RECOMMIT_S:
+        if (
+            offset != self._committed
+            or time.monotonic() - self._committed_at > RECOMMIT_S
+            or control.marker() != self._mark_sent  # a commit recording the pause failed
+        ):
             self._pending = offset
         self._durable = offset
 
@@ -503,12 +519,17 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._pending = None
         self._durable = at
 
-    def _base(self) -> str:
-        """What every commit carries besides the owner: the partition count, and the fields
-        of a reset followed whose first snapshot may not be durable yet (`RESET_SNAPSHOTS`)."""
-        if self._reset is None:
+    def _base(self, mark: str | None = None) -> str:
+        """What every commit's metadata carries before the owner's fields: the topic's
+        partition count (`flows.discovery`), the fields of a reset followed whose first
+        snapshot may not be durable yet (`RESET_SNAPSHOTS`), and the pause, if any
+        (`flows.control`; `mark`: the one to record, else the current one)."""
+        mark = control.marker() if mark is None else mark
+        words = [self._reset.words() if self._reset is not None else "", mark]
+        extra = " ".join(w for w in words if w)
+        if not extra:
             return self._commit_metadata
-        return f"{self._commit_metadata or 'es-sink'} {self._reset.words()}"
+        return f"{self._commit_metadata or 'es-sink'} {extra}"
 
     def _follow(self, offset: int, reset: fencing.Reset) -> None:
         """`es-sink offsets reset` committed `offset` while this partition runs (its check
@@ -568,9 +589,17 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         """Commit `offset`; `_committed` moves only when Kafka confirms (`_on_commit`), so a
         failed commit is queued again by the next snapshot. `release`: the last commit;
         `unread`: the announcement of a partition the group never committed."""
-        meta = self._base()
+        if unread:
+            self._unread_at = offset
+        elif offset != self._unread_at:
+            self._unread_at = None
+        unread = self._unread_at is not None  # still nothing read: say so again
+        self._mark_sent = control.marker()
+        meta = self._base(self._mark_sent)
         if self._fence is not None:
             meta = self._fence.metadata(meta, released=release, unread=unread)
+        elif unread:
+            meta = f"{meta or 'es-sink'} {fencing.UNREAD}"
         tp = TopicPartition(self._topic, self._partition, offset, meta)
         self._pending = None
         if final:
@@ -599,6 +628,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """Kafka's answer to a commit (served inside consume() or the final commit)."""
         if err is not None:
+            self._mark_sent = None  # the pause may not be recorded: the next epoch commits
             self.last_error = (time.time(), f"offset commit failed: {err}")
             logger.warning("source %s/%d: offset commit failed (retried next epoch): %s",
                            self._topic, self._partition, err)  # fmt: skip
@@ -613,6 +643,7 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
             if tp.topic != self._topic or tp.partition != self._partition:
                 continue
             if tp.error is not None:
+                self._mark_sent = None
                 logger.warning("source %s/%d: offset commit failed (retried next epoch): %s",
                                self._topic, self._partition, tp.error)  # fmt: skip
             else:

@@ -79,6 +79,15 @@ class Halted(BaseModel):
 class Status(BaseModel):
     state: State
     version: str = Field(description="the es-sink version this process runs")
+    paused: bool = Field(
+        description="reading is paused (PUT /pause, or a pause the group's commits recorded "
+        "at start); it holds over restarts until PUT /resume"
+    )
+    paused_since: str | None = Field(description="ISO-8601 UTC time the pause began")
+    paused_by: str | None = Field(
+        description="who paused: the `by` of PUT /pause (es-sink sends user@host), else the "
+        "client's address"
+    )
     process: ProcessInfo
     partitions: list[PartitionStatus]
     sink: SinkStatus

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hmac
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Response
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
@@ -23,6 +23,15 @@ _bearer = HTTPBearer(auto_error=False, description="API_TOKEN, required for writ
 _UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     401: {"model": models.Problem, "description": "missing or wrong API_TOKEN"}
 }
+_BY = Query(
+    None,
+    max_length=200,
+    description="who asks (logged; recorded with a pause); default: the client's address",
+)
+
+
+def _asker(request: Request, by: str | None) -> str:
+    return control.who(by or (request.client.host if request.client else None))
 
 
 def make_app(state: ProcessState, token: str | None) -> FastAPI:
@@ -53,8 +62,8 @@ def make_app(state: ProcessState, token: str | None) -> FastAPI:
         responses=_UNAUTHORIZED,
         summary="Stop reading Kafka; keep writing what was read",
     )
-    def pause() -> models.StateAnswer:
-        control.pause()
+    def pause(request: Request, by: str | None = _BY) -> models.StateAnswer:
+        control.pause(_asker(request, by))
         return models.StateAnswer(state=state.state())
 
     @app.put(
@@ -64,8 +73,8 @@ def make_app(state: ProcessState, token: str | None) -> FastAPI:
         responses=_UNAUTHORIZED,
         summary="Read Kafka again",
     )
-    def resume() -> models.StateAnswer:
-        control.resume()
+    def resume(request: Request, by: str | None = _BY) -> models.StateAnswer:
+        control.resume(_asker(request, by))
         return models.StateAnswer(state=state.state())
 
     @app.get(

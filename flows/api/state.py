@@ -263,9 +263,13 @@ class ProcessState:
             for u in under_way()
         ]
         dead = {labels[0]: int(v) for labels, v in counter_total("es_sink_dead_letters").items()}
+        pause = control.current()
         return models.Status(
             state=self.state(),
             version=VERSION,
+            paused=pause is not None,
+            paused_since=None if pause is None else iso(pause.since_ms / 1000),
+            paused_by=None if pause is None else pause.by,
             process=models.ProcessInfo(
                 id=self._process_id,
                 processes=self._run.processes,

@@ -8,8 +8,11 @@ Three plain HTTP calls, so the standard library's urllib rather than another dep
 
 from __future__ import annotations
 
+import getpass
 import json
+import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -98,13 +101,31 @@ ApiOpt = typer.Option(
 )
 
 
+def asker() -> str:
+    """Who runs this command, as the flow records it with a pause (`user@host`)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname() or 'unknown'}"
+
+
+def _by(path: str) -> str:
+    return f"{path}?{urllib.parse.urlencode({'by': asker()})}"
+
+
+def _urls(settings: Settings, api: list[str] | None) -> list[str]:
+    urls = discover(settings, api)
+    if not urls:
+        raise common.Usage("API_PORT: not set and no --api given; no process to reach")
+    return urls
+
+
 def _switch(path: str, api: list[str] | None, json_out: bool) -> None:
     with common.errors_as_exits():
         settings = common.load_settings()
-        urls = discover(settings, api)
-        if not urls:
-            raise common.Usage("API_PORT: not set and no --api given; no process to reach")
-        answers = [call(u, "PUT", path, _token(settings)) for u in urls]
+        urls = _urls(settings, api)
+        answers = [call(u, "PUT", _by(path), _token(settings)) for u in urls]
         if json_out:
             common.emit_json({"processes": [a.as_json() for a in answers]})
         else:
@@ -116,7 +137,7 @@ def _switch(path: str, api: list[str] | None, json_out: bool) -> None:
 
 
 def pause(api: list[str] | None = ApiOpt, json_out: bool = common.JsonOpt) -> None:
-    """Pause every process of the flow (they stop reading; offsets stay committed)."""
+    """Pause every process of the flow until resumed, also over restarts."""
     _switch("/pause", api, json_out)
 
 

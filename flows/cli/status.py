@@ -216,9 +216,12 @@ def _processes(answers: list[dict[str, Any]]) -> Table:
         errors = [p["last_error"] for p in s.get("partitions", []) if p.get("last_error")]
         halted = s.get("halted")
         last = halted["reason"] if halted else (errors[-1]["reason"] if errors else "")
+        state = str(s.get("state"))
+        if s.get("paused") and state == "paused":
+            state += f" since {s.get('paused_since')} by {s.get('paused_by')}"
         row = (
             f"{s.get('process', {}).get('id')} {a['url']}",
-            s.get("state"),
+            state,
             f"{rates.get('records_in_per_s', 0):.0f}",
             f"{rates.get('docs_indexed_per_s', 0):.0f}",
             common.truncate(str(last), 120),

@@ -65,13 +65,20 @@ def test_a_bad_port_names_the_setting(port: str) -> None:
         settings(API_PORT=port)
 
 
-@pytest.fixture
-def clean() -> object:
-    yield None
+def _reset() -> None:
     control.resume()
     halt.clear()
     failing.clear()
     shutdown._requested.clear()
+
+
+@pytest.fixture
+def clean() -> object:
+    """No process-wide state of an earlier test (a source test's failure marks the
+    process failing), none left for a later one."""
+    _reset()
+    yield None
+    _reset()
 
 
 def test_the_state_names_why_the_process_stops(clean: object) -> None:
