@@ -10,7 +10,9 @@ Here:
   flow like SIGTERM (`flows.shutdown.request`); once the dataflow has finished cleanly, the
   process executes its own command line again (`os.execv`, same pid), which lists the new
   partitions. Every process of a cluster runs its own watcher, so all of them restart.
-  Never after a failure, a signal, or when not started by `python -m bytewax.run`.
+  Never after a failure, a signal or PUT /stop, or when not started by `python -m
+  bytewax.run`. The operator's restart (PUT /restart, `request_restart`) is the same drain
+  and the same execution.
 - a partition without a snapshot or committed offset, of a group that has committed
   offsets for this flow's topics, appeared after the group began: it starts at its
   earliest offset even under KAFKA_AUTO_OFFSET_RESET=latest (`earliest_reason`).
@@ -48,7 +50,7 @@ from typing import Literal, cast
 from bytewax.inputs import StatefulSourcePartition
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, Message, TopicPartition
 
-from flows import control, shutdown
+from flows import control, lifecycle, shutdown
 from flows.config import Settings
 from flows.errors import ConfigError
 from flows.fencing import CHECK_TIMEOUT_S, metadata_fields, unread
@@ -134,21 +136,27 @@ _lock = threading.Lock()
 _start_lock = threading.Lock()  # `check_start`: one worker looks, the others wait for it
 _executions: dict[Settings, _Execution] = {}  # Settings hash by identity
 _exit_hook = False
+_restart_asked = False  # the operator asked for a restart (`request_restart`)
+
+
+def _hook_exit() -> None:
+    """Register `_at_exit` once (call with `_lock` held)."""
+    global _exit_hook
+    if not _exit_hook:
+        atexit.register(_at_exit)
+        _exit_hook = True
 
 
 def watch(settings: Settings, found: Partitions) -> None:
     """Record what a worker listed and start this process's watcher (once); from
     `KafkaSource.list_parts`, which Bytewax calls on every worker at execution time."""
-    global _exit_hook
     with _lock:
         ex = _executions.setdefault(settings, _Execution())
         for topic, parts in found.items():
             ex.listed.setdefault(topic, set()).update(parts)
         start = settings.kafka_metadata_refresh_s > 0 and not ex.watching
         ex.watching = ex.watching or start
-        if not _exit_hook:
-            atexit.register(_at_exit)
-            _exit_hook = True
+        _hook_exit()
     if start:
         threading.Thread(
             target=_watch, args=(settings, ex), name="es-sink-metadata", daemon=True
@@ -213,8 +221,30 @@ def _act(settings: Settings, ex: _Execution, change: Change) -> bool:
     # The dataflow ends once every process of the cluster drained: allow the others one
     # more look-up to notice.
     grace = settings.kafka_metadata_refresh_s
-    shutdown.request(f"Kafka: {what} appeared; restarting to read them", grace_s=grace)
+    shutdown.request(
+        f"Kafka: {what} appeared; restarting to read them", grace_s=grace, cause="new partitions"
+    )
     return True
+
+
+def request_restart(reason: str, cause: str, grace_s: float) -> str | None:
+    """The operator's restart (PUT /restart): drain like SIGTERM, then, once the dataflow
+    finished cleanly, execute the same command line again (same pid, environment and
+    arguments; settings files and code are read again). None when begun, else why not."""
+    global _restart_asked
+    if restart_argv() is None:
+        return (
+            "this process was not started by `python -m bytewax.run` and cannot execute "
+            "itself again: stop it and start it"
+        )
+    with _lock:
+        if shutdown.requested():
+            return "a stop is under way already"
+        _restart_asked = True
+        _hook_exit()
+    if not shutdown.request(reason, grace_s=grace_s, cause=cause):
+        return "a stop is under way already"  # begun between the look and the request
+    return None
 
 
 # -- at exit
@@ -252,8 +282,8 @@ def _at_exit() -> None:
     fatal = next((ex.fatal for _, ex in executions if ex.fatal), None)
     action = exit_action(
         failed=failed,
-        signalled=shutdown.signalled(),
-        restart=any(ex.restart for _, ex in executions),
+        signalled=shutdown.wanted_gone(),
+        restart=_restart_asked or any(ex.restart for _, ex in executions),
         fatal=fatal is not None,
     )
     if action == "exit":
@@ -262,8 +292,10 @@ def _at_exit() -> None:
         argv = restart_argv()
         if argv is None:
             return
-        if shutdown.signalled():  # a signal while deciding: the operator wants it gone
+        if shutdown.wanted_gone():  # a signal while deciding: the operator wants it gone
             return
+        if executions:
+            lifecycle.log_restart(executions[0][0])
         logger.warning("restarting the flow with the same command line: %s", " ".join(argv))
         shutdown.flush_logs()
         os.execv(sys.executable, argv)  # noqa: S606 (our own command line, no shell)
@@ -316,6 +348,14 @@ def check_start(settings: Settings, found: Partitions) -> None:
         restore_pause(settings, found)
         with _lock:
             ex.grown, ex.started = grown, True
+
+
+def started(settings: Settings) -> bool:
+    """Whether `check_start` has run for `settings`: the start has read the group's commits
+    (a recorded pause is in force from then on)."""
+    with _lock:
+        ex = _executions.get(settings)
+        return ex is not None and ex.started
 
 
 def restore_pause(settings: Settings, found: Partitions) -> None:

@@ -1,7 +1,9 @@
 """The last lines of a flow process: what it wrote and committed, and its exit status.
 
 A stop ends with one INFO line (`stopped …: indexed …, committed …; exit status 0`), so an
-operator reading the log knows the stop finished and what it left committed. An error that
+operator reading the log knows the stop finished and what it left committed; before a
+process executes itself again (`flows.discovery`: new partitions, PUT /restart) the line
+ends `; restarting` instead. An error that
 ends the process gets the line before its traceback, so that the error's own one line
 (`flows.config_failure`, `flows.recovery_failure`) stays the last. A halt
 (ERRORS_TOLERANCE=none) has its line before Bytewax's Rust panic and traceback: its reason
@@ -27,7 +29,7 @@ from sinks.metrics import DEAD_LETTERS, DOCS_INDEXED
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["committed_offsets", "install", "stop_line"]
+__all__ = ["committed_offsets", "install", "log_restart", "stop_line"]
 
 COMMITTED_TIMEOUT_S = 5.0
 SHOWN_PARTITIONS = 8
@@ -58,9 +60,9 @@ def stop_line(
     indexed: int,
     dead_letters: int,
     committed: dict[tuple[str, int], int | None] | str,
-    status: int,
+    status: int | None,
 ) -> str:
-    """The line a stop ends with."""
+    """The line a stop ends with (`status` None: the process executes itself again)."""
     if isinstance(committed, str):
         offsets = committed
     else:
@@ -68,9 +70,10 @@ def stop_line(
         more = len(shown) - SHOWN_PARTITIONS
         offsets = " ".join(shown[:SHOWN_PARTITIONS]) + (f" and {more} more" if more > 0 else "")
         offsets = offsets or "no partition"
+    then = "restarting" if status is None else f"exit status {status}"
     return (
         f"stopped{why}: indexed {indexed} documents, dead-lettered {dead_letters} records; "
-        f"committed {offsets}; exit status {status}"
+        f"committed {offsets}; {then}"
     )
 
 
@@ -82,7 +85,7 @@ def _why(settings: Settings) -> str:
     if shutdown.signalled():
         return " (signal)"
     if shutdown.requested():
-        return " (requested)"
+        return f" ({shutdown.cause()})"
     return " (end of the topics, KAFKA_STOP_AT_END)" if settings.stop_at_end else ""
 
 
@@ -93,12 +96,18 @@ def _total(counter: Counter) -> int:
     )
 
 
-def _log_stop(settings: Settings) -> None:
-    status = 1 if _error else 0
+def _log_stop(settings: Settings, restarting: bool = False) -> None:
+    status = None if restarting else 1 if _error else 0
     committed = committed_offsets(settings, sorted(halt.EXAMINED))
     line = stop_line(_why(settings), _total(DOCS_INDEXED), _total(DEAD_LETTERS), committed, status)
     logger.info("%s", line)
     shutdown.flush_logs()
+
+
+def log_restart(settings: Settings) -> None:
+    """The stop line of a process about to execute itself again (`flows.discovery`): its
+    own exit hook never runs then."""
+    _log_stop(settings, restarting=True)
 
 
 def _at_exit(settings: Settings) -> None:

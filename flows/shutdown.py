@@ -1,4 +1,5 @@
-"""Graceful, bounded stop on SIGTERM/SIGINT: sources stop reading, sinks flush, offsets commit.
+"""Graceful, bounded stop on SIGTERM/SIGINT (and the status API's PUT /stop, `stop`):
+sources stop reading, sinks flush, offsets commit.
 
 The first signal only sets a flag; each source partition sees it, stops reading, and ends
 after its last offset is committed (see `flows.source`), so the dataflow completes normally
@@ -37,6 +38,8 @@ _requested = threading.Event()
 _lock = threading.Lock()
 _timeout_s: float | None = None  # set by install(); None: no watchdog (tests, embedding)
 _signals_seen = 0
+_for_good = False  # the operator asked for a stop through the status API (PUT /stop)
+_cause = "requested"  # what the stop line says asked for a requested stop
 
 
 def requested() -> bool:
@@ -45,23 +48,55 @@ def requested() -> bool:
 
 
 def signalled() -> bool:
-    """True once SIGTERM or SIGINT arrived: the operator wants the process gone (so a drain
-    begun for another reason, such as a restart, must not restart it)."""
+    """True once SIGTERM or SIGINT arrived."""
     return _signals_seen > 0
 
 
-def request(reason: str = "stop requested", grace_s: float = 0.0) -> None:
-    """Ask the flow to finish as if a signal had arrived (tests, embedding, restarts).
+def wanted_gone() -> bool:
+    """True once the operator asked for the process to end (a signal, or `stop()`): a drain
+    begun for another reason, such as a restart, must not restart it."""
+    return _signals_seen > 0 or _for_good
+
+
+def cause() -> str:
+    """What asked for a stop that no signal asked for (the stop line's parenthesis)."""
+    return _cause
+
+
+def request(reason: str = "stop requested", grace_s: float = 0.0, cause: str = "requested") -> bool:
+    """Ask the flow to finish as if a signal had arrived (tests, embedding, restarts); True
+    if this began the stop, False if one was under way already.
 
     When `install()` set a timeout, the stop is bounded by it (plus `grace_s`: a restart
     waits for the other processes of a cluster to notice too) like a signalled one.
+    `cause` names the asker in the stop line (`flows.lifecycle`).
     """
+    global _cause
     with _lock:
         if _requested.is_set():
-            return
+            return False
         _requested.set()
+        _cause = cause
     logger.warning("%s: finishing the current epoch, flushing and committing, then exiting", reason)
     _arm_timeout(grace_s)
+    return True
+
+
+def stop(reason: str, cause: str) -> bool:
+    """The operator's stop through the status API (PUT /stop): as SIGTERM, the process ends
+    once it flushed and committed, bounded by SHUTDOWN_TIMEOUT_S. A drain under way for a
+    restart ends in an exit instead, bounded by SHUTDOWN_TIMEOUT_S alone. True if this
+    began the stop."""
+    global _for_good
+    with _lock:
+        final = _for_good or _signals_seen > 0  # an operator's stop already: nothing changes
+        under_way, _for_good = _requested.is_set(), True
+    if not under_way:
+        return request(reason, cause=cause)
+    if not final:
+        logger.warning("%s: the stop under way ends the process, within SHUTDOWN_TIMEOUT_S", reason)
+        _arm_timeout(0.0)
+    return False
 
 
 def _arm_timeout(grace_s: float) -> None:

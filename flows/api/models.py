@@ -62,6 +62,10 @@ class ProcessInfo(BaseModel):
     )
     started_at: str
     uptime_s: float
+    starting: bool = Field(
+        description="the start has not read the group's commits yet: the state may still "
+        "turn to paused (a pause recorded before the start)"
+    )
 
 
 class Rates(BaseModel):

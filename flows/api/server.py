@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from flows import control
+from flows import control, discovery, shutdown
 from flows.api import models
 from flows.api.state import ProcessState
 
@@ -28,6 +28,9 @@ _BY = Query(
     max_length=200,
     description="who asks (logged; recorded with a pause); default: the client's address",
 )
+RESTART_GRACE_S = 10.0
+"""A restart of one process of a cluster waits this long beyond SHUTDOWN_TIMEOUT_S for the
+other processes to be asked too (the dataflow ends once every process has drained)."""
 
 
 def _asker(request: Request, by: str | None) -> str:
@@ -75,6 +78,35 @@ def make_app(state: ProcessState, token: str | None) -> FastAPI:
     )
     def resume(request: Request, by: str | None = _BY) -> models.StateAnswer:
         control.resume(_asker(request, by))
+        return models.StateAnswer(state=state.state())
+
+    @app.put(
+        "/stop",
+        response_model=models.StateAnswer,
+        dependencies=write,
+        responses=_UNAUTHORIZED,
+        summary="Stop as on SIGTERM: flush, commit, exit 0 (every process of a cluster)",
+    )
+    def stop(request: Request, by: str | None = _BY) -> models.StateAnswer:
+        shutdown.stop(f"PUT /stop by {_asker(request, by)}", cause="PUT /stop")
+        return models.StateAnswer(state=state.state())
+
+    @app.put(
+        "/restart",
+        response_model=models.StateAnswer,
+        dependencies=write,
+        responses={
+            **_UNAUTHORIZED,
+            409: {"model": models.Problem, "description": "stopping already, or not able to"},
+        },
+        summary="Stop as on SIGTERM, then execute the same command line again (same pid)",
+    )
+    def restart(request: Request, by: str | None = _BY) -> models.StateAnswer:
+        grace = RESTART_GRACE_S if state.processes() > 1 else 0.0
+        reason = f"PUT /restart by {_asker(request, by)}: restarting the flow"
+        refused = discovery.request_restart(reason, "PUT /restart", grace)
+        if refused is not None:
+            raise HTTPException(409, f"not restarting: {refused}")
         return models.StateAnswer(state=state.state())
 
     @app.get(

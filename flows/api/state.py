@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from elasticsearch import ApiError, Elasticsearch
 from prometheus_client import REGISTRY
 
-from flows import control, halt, shutdown
+from flows import control, discovery, halt, shutdown
 from flows.api import api_urls, models
 from flows.config import Settings
 from flows.discovery import group_consumer
@@ -88,6 +88,10 @@ class ProcessState:
         self._samples: deque[tuple[float, float, float]] = deque()
 
     # -- state
+
+    def processes(self) -> int:
+        """How many processes the cluster has (`-a`)."""
+        return self._run.processes
 
     def state(self) -> models.State:
         """`failed` and `halted` win over `stopping`: they say why the process stops."""
@@ -279,6 +283,7 @@ class ProcessState:
                 apis=api_urls(self._settings, self._run),
                 started_at=iso(self._started),
                 uptime_s=round(time.time() - self._started, 1),
+                starting=not discovery.started(self._settings),
             ),
             partitions=parts,
             sink=models.SinkStatus(

@@ -1,6 +1,6 @@
-"""Pause and resume without a flow behind them: the pause a commit records
-(flows.control), what a source partition commits for it (flows.source) and how a start
-finds it (flows.discovery)."""
+"""Pause, resume, stop and restart without a flow behind them: the pause a commit records
+(flows.control), what a source partition commits for it (flows.source) and the
+operator's stop and restart (flows.shutdown, flows.discovery)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from flows import control, discovery, halt, shutdown
+from flows import control, discovery, halt, lifecycle, shutdown
 from flows.config import Settings
 from tests.unit.test_source import FakeConsumer, own_consumer, read
 
@@ -210,3 +210,68 @@ def test_a_commit_that_failed_to_record_the_pause_is_made_again_next_epoch(sourc
     part.snapshot()
     read(part)
     assert len(consumer.metadata) == count + 1 and "paused=" in consumer.metadata[-1][1]
+
+
+# -- stop and restart
+
+
+@pytest.fixture
+def armed(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    grace: list[float] = []
+    monkeypatch.setattr(shutdown, "_requested", threading.Event())
+    monkeypatch.setattr(shutdown, "_signals_seen", 0)
+    monkeypatch.setattr(shutdown, "_for_good", False)
+    monkeypatch.setattr(shutdown, "_cause", "requested")
+    monkeypatch.setattr(shutdown, "_arm_timeout", grace.append)
+    return grace
+
+
+def test_an_operators_stop_is_for_good_and_named(armed: list[float]) -> None:
+    assert shutdown.stop("PUT /stop by ops@h", cause="PUT /stop")
+    assert shutdown.requested() and shutdown.wanted_gone() and not shutdown.signalled()
+    assert shutdown.cause() == "PUT /stop" and armed == [0.0]
+    assert not shutdown.stop("PUT /stop by ops@h", cause="PUT /stop")
+    assert armed == [0.0], "asked twice: one bound"
+
+
+def test_a_stop_during_a_restart_drain_ends_the_process_within_the_timeout_alone(
+    armed: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(discovery, "restart_argv", lambda: ["python", "-m", "bytewax.run"])
+    monkeypatch.setattr(discovery, "_restart_asked", False)
+    monkeypatch.setattr(discovery, "_exit_hook", True)
+    assert discovery.request_restart("PUT /restart", "PUT /restart", 10.0) is None
+    assert not shutdown.wanted_gone() and armed == [10.0]
+    assert not shutdown.stop("PUT /stop", cause="PUT /stop")
+    assert shutdown.wanted_gone() and armed == [10.0, 0.0]
+    assert (
+        discovery.exit_action(
+            failed=False, signalled=shutdown.wanted_gone(), restart=True, fatal=False
+        )
+        == "exit"
+    )
+
+
+def test_a_restart_is_refused_when_the_process_cannot_execute_itself_or_stops(
+    armed: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(discovery, "_restart_asked", False)
+    monkeypatch.setattr(discovery, "_exit_hook", True)
+    monkeypatch.setattr(discovery, "restart_argv", lambda: None)
+    refused = discovery.request_restart("PUT /restart", "PUT /restart", 0.0)
+    assert refused is not None and "not started by `python -m bytewax.run`" in refused
+    assert not shutdown.requested()
+    monkeypatch.setattr(discovery, "restart_argv", lambda: ["python"])
+    shutdown.request("SIGTERM")
+    assert discovery.request_restart("PUT /restart", "PUT /restart", 0.0) == (
+        "a stop is under way already"
+    )
+    assert not discovery._restart_asked
+
+
+def test_a_restart_ends_its_stop_line_with_restarting() -> None:
+    line = lifecycle.stop_line(" (PUT /restart)", 5, 0, {("t", 0): 5}, None)
+    assert line == (
+        "stopped (PUT /restart): indexed 5 documents, dead-lettered 0 records; committed "
+        "t/0@5; restarting"
+    )
