@@ -19,7 +19,7 @@ from flows.version import VERSION
 
 app = typer.Typer(
     name="es-sink",
-    help="Operate an es-sink flow: check, preview, status, dead letters, verify, offsets.",
+    help="Operate an es-sink flow: check, status, dead letters, verify, offsets, stop, restart.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -50,6 +50,8 @@ app.command("preview")(preview.preview_command)
 app.add_typer(offsets.offsets_app, name="offsets")
 app.command("pause")(control.pause)
 app.command("resume")(control.resume)
+app.command("stop")(control.stop)
+app.command("restart")(control.restart)
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """Pause, resume, stop and restart without a flow behind them: the pause a commit records
-(flows.control), what a source partition commits for it (flows.source) and the
-operator's stop and restart (flows.shutdown, flows.discovery)."""
+(flows.control), what a source partition commits for it (flows.source), the operator's
+stop and restart (flows.shutdown, flows.discovery) and what `es-sink stop` and `es-sink
+restart` conclude from the status API's answers (flows.cli.control)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from flows import control, discovery, halt, lifecycle, shutdown
+from flows.cli.control import Answer, Restarted, Stopped, missing_processes
 from flows.config import Settings
 from tests.unit.test_source import FakeConsumer, own_consumer, read
 
@@ -275,3 +277,90 @@ def test_a_restart_ends_its_stop_line_with_restarting() -> None:
         "stopped (PUT /restart): indexed 5 documents, dead-lettered 0 records; committed "
         "t/0@5; restarting"
     )
+
+
+# -- what es-sink stop and restart conclude
+
+
+def status(pid: int = 7, started: str = "T1", state: str = "running", **more: Any) -> Any:
+    process = {
+        "id": 0,
+        "processes": 1,
+        "pid": pid,
+        "started_at": started,
+        "group": "g",
+        "starting": False,
+    }
+    return {"state": state, "process": {**process, **more.pop("process", {})}, **more}
+
+
+def test_a_cluster_named_in_part_is_found_out() -> None:
+    one = status(process={"id": 1, "processes": 3})
+    assert missing_processes([one]) == [0, 2]
+    assert missing_processes([status(process={"id": i, "processes": 2}) for i in (0, 1)]) == []
+    assert missing_processes([status()]) == []
+
+
+def test_a_stop_says_what_the_group_committed() -> None:
+    parts = [
+        {"topic": "t", "partition": 0, "position": 20, "committed": 10, "held": None},
+        {"topic": "t", "partition": 1, "position": 5, "committed": 5, "held": None},
+    ]
+    stopped = Stopped("http://h:8080", status(partitions=parts), 2.04)
+    stopped.committed = {("t", 0): 20, ("t", 1): 5}
+    assert stopped.ok()
+    assert stopped.line() == "http://h:8080: stopped in 2.0s (pid 7); committed t/0@20 t/1@5"
+
+
+def test_a_stop_that_left_records_uncommitted_says_so() -> None:
+    parts = [
+        {"topic": "t", "partition": 0, "position": 20, "committed": 10, "held": None},
+        {"topic": "t", "partition": 1, "position": 0, "committed": None, "held": "new"},
+    ]
+    stopped = Stopped("http://h:8080", status(partitions=parts, process={"processes": 2}), 31.0)
+    stopped.committed = {("t", 0): 10, ("t", 1): None}
+    assert not stopped.ok()
+    assert stopped.line() == (
+        "http://h:8080: stopped in 31.0s (process 0 of 2, pid 7); committed t/0@10 t/1@-; "
+        "NOT everything read was committed (t/0 committed 10 of 20 read): the stop did not "
+        "finish (its log says why); the next start reads them again"
+    )
+
+
+def test_a_stop_without_kafka_reports_the_last_status_and_says_so() -> None:
+    parts = [{"topic": "t", "partition": 0, "position": 20, "committed": 20, "held": None}]
+    stopped = Stopped("http://h:8080", status(partitions=parts), 1.0, kafka_error="down")
+    assert stopped.ok()
+    assert stopped.line().endswith(
+        "committed t/0@20 (its last /status; Kafka did not answer: down)"
+    )
+
+
+def test_a_process_that_still_answers_did_not_stop() -> None:
+    stopped = Stopped("http://h:8080", status(state="stopping"), None)
+    assert not stopped.ok()
+    assert stopped.line() == "http://h:8080: still answering (pid 7, state stopping); not stopped"
+
+
+def test_a_restart_is_done_once_a_new_start_reads_or_is_paused() -> None:
+    r = Restarted("http://h:8080", status())
+    assert not r.see(Answer("http://h:8080", status(state="stopping")), 0.5)
+    assert not r.see(Answer("http://h:8080", None, "no answer: refused"), 1.0)
+    assert not r.see(Answer("http://h:8080", status(started="T2", state="halted")), 1.5)
+    starting = status(started="T2", process={"starting": True})  # a pause may follow
+    assert not r.see(Answer("http://h:8080", starting), 1.7)
+    assert r.see(Answer("http://h:8080", status(started="T2", state="paused")), 2.0)
+    assert r.ok()
+    assert r.line() == "http://h:8080: restarted in 2.0s (pid 7, started T2); paused"
+
+
+def test_a_restart_that_never_came_back_says_what_was_seen_last() -> None:
+    r = Restarted("http://h:8080", status())
+    r.see(Answer("http://h:8080", None, "no answer: refused"), 60.0)
+    assert not r.ok()
+    assert r.line() == (
+        "http://h:8080: not restarted in time: its API does not answer again (no answer: refused)"
+    )
+    r = Restarted("http://h:8080", status())
+    r.see(Answer("http://h:8080", status(pid=9, started="T2")), 3.0)
+    assert "a new process, not pid 7: it exited and was started again" in r.line()
