@@ -156,7 +156,7 @@ def _exit_after(timeout_s: float, grace_s: float) -> None:
     try:
         why = "is Elasticsearch or Kafka unreachable?"
         if run_args().processes > 1:  # an epoch ends only once every process finished it
-            why = "were the other processes of the cluster signalled too? Or " + why
+            why = f"were the other processes of the cluster stopped too (es-sink stop)? Or {why}"
         logger.error(
             "the graceful stop did not finish within SHUTDOWN_TIMEOUT_S=%gs%s (%s); exiting "
             "with status %d; what was not committed is read again by the next run",
