@@ -25,6 +25,7 @@ from prometheus_client import Counter
 
 from flows import halt, shutdown
 from flows.config import Settings
+from sinks.elasticsearch import refusals
 from sinks.metrics import DEAD_LETTERS, DOCS_INDEXED
 
 logger = logging.getLogger(__name__)
@@ -113,9 +114,14 @@ def log_restart(settings: Settings) -> None:
 def _at_exit(settings: Settings) -> None:
     if not _error:
         _log_stop(settings)
-    held = sorted(halt.HELD.items())
-    if held:
-        logger.error("halted: %s", held[0][1][1])
+    # The earliest failure of each partition: a record held by the processor, or one
+    # Elasticsearch refused while the records before the held one were written.
+    failures = refusals.refused()
+    for key, (offset, error) in halt.HELD.items():
+        if key not in failures or offset < failures[key][0]:
+            failures[key] = (offset, error)
+    if failures:
+        logger.error("halted: %s", failures[min(failures)][1])
         shutdown.flush_logs()
 
 

@@ -116,6 +116,12 @@ def earliest(key: tuple[str, int]) -> RecordFailedError:
         return _REFUSED[key][1]
 
 
+def refused() -> dict[tuple[str, int], tuple[int, RecordFailedError]]:
+    """Kafka partition → (offset, error) of its earliest refused record."""
+    with _lock:
+        return dict(_REFUSED)
+
+
 def clear_refusals() -> None:
     """Forget refused records (tests run many flows in one process)."""
     with _lock:

@@ -69,6 +69,32 @@ def test_a_halt_says_its_reason_after_the_stop_line(
     assert lines[-1] == f"halted: {error}"
 
 
+def test_a_halt_names_an_earlier_record_elasticsearch_refused_meanwhile(
+    exiting: list[Exit], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Offset 5 failed to decode and was held; offset 4, still in a sink buffer, was then
+    refused: the flow stops on 4, and the last line used to name 5."""
+    from sinks.dead_letter.config import ErrorTolerance
+    from sinks.dead_letter.policy import ErrorPolicy
+    from sinks.elasticsearch import refusals
+    from sinks.model import DeadLetter, Record
+
+    lifecycle.install(Settings.load({"KAFKA_TOPICS": "t"}))
+    halt.start("t", 0, 0)
+    halt.hold("t", 0, 5, RecordFailedError("t/0@5", "deserialize", "invalid JSON"))
+    record = Record("t", 0, 4, 0, b"k", b"{}")
+    letter = DeadLetter(record, "index", "elasticsearch.document_parsing_exception", "n")
+    policy = ErrorPolicy(ErrorTolerance(False, 0, 0.0, 0), "sink partition es-0000")
+    refusals.register([letter], policy)
+    try:
+        with caplog.at_level(logging.INFO, logger="flows.lifecycle"):
+            run_exit(exiting)
+    finally:
+        refusals.clear_refusals()
+    last = [r.getMessage() for r in caplog.records][-1]
+    assert last.startswith("halted: record t/0@4 failed at stage index"), last
+
+
 def test_a_clean_stop_is_status_0_and_one_line(
     exiting: list[Exit], caplog: pytest.LogCaptureFixture
 ) -> None:
