@@ -479,26 +479,33 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
     def _back_in_log(self) -> bool:
         """The broker answered that the position `_out_of_log` is outside the log (retention
         or DeleteRecords passed it while the partition was paused, held or lagging; a
-        truncation): fetch on per `_in_log`. Not before the processor has examined every
-        record emitted, since the snapshot then follows the new position."""
+        truncation): fetch on per `_in_log` (`_relocate`)."""
         assert self._out_of_log is not None
+        if self._relocate(self._out_of_log, "read position", self._cut) is None:
+            return False
+        self._out_of_log, self._cut = None, False
+        return True
+
+    def _relocate(self, offset: int, why: str, cut: bool = False) -> int | None:
+        """Fetch the partition from `offset` (`why`: whence it came) per `_in_log`'s rules,
+        once the processor has examined every record emitted, so that the snapshot follows
+        the new position. The offset it reads from; None: not yet (records unexamined, or
+        the broker away: asked again on the next read)."""
         key = self._key
         if halt.EXAMINED.get(key, self._emitted) < self._emitted:
-            return False
+            return None
         tp = TopicPartition(*key)
         try:
             low, high = self._consumer.get_watermark_offsets(tp, timeout=30)
-        except KafkaException as e:  # the broker away: ask again on the next read
-            self.last_error = (time.time(), f"offset out of range, log start and end: {e}")
-            return False
-        offset = self._in_log(self._out_of_log, "read position", low, high, self._cut)
-        self._cut = False
+        except KafkaException as e:
+            self.last_error = (time.time(), f"{why}: log start and end: {e}")
+            return None
+        offset = self._in_log(offset, why, low, high, cut)
         self._shared.move(TopicPartition(*key, offset))
-        self._out_of_log = None
         self._next = self._emitted = offset
         self._end = min(self._end, high)  # a truncated log never reaches its old end
         halt.start(*key, offset)
-        return True
+        return offset
 
     def _take_back(self, fence: fencing.PartitionFence) -> None:
         """Commit under this owner's name again. From a newer owner that released the
@@ -547,26 +554,16 @@ class KafkaSourcePartition(StatefulSourcePartition[Message, int]):
         self._durable = offset
 
     def _move(self) -> bool:
-        """Go to the offset a reset or a take-back set (`_follow`, `_take_back`) once the
-        processor has examined every record emitted, so that the snapshot follows the new
-        position (as `_back_in_log`); then commit it under this owner's name (`_base` keeps
-        a reset's fields)."""
+        """Go to the offset a reset or a take-back set (`_follow`, `_take_back`), as
+        `_relocate` allows; then commit it under this owner's name (`_base` keeps a reset's
+        fields)."""
         assert self._moving is not None
-        key = self._key
-        if halt.EXAMINED.get(key, self._emitted) < self._emitted:
+        offset = self._relocate(self._moving, self._moving_why)
+        if offset is None:
             return False
-        tp = TopicPartition(*key)
-        try:
-            low, high = self._consumer.get_watermark_offsets(tp, timeout=30)
-        except KafkaException as e:  # the broker away: ask again on the next read
-            self.last_error = (time.time(), f"offset reset, log start and end: {e}")
-            return False
-        offset = self._in_log(self._moving, self._moving_why, low, high)
-        self._shared.move(TopicPartition(*key, offset))
         self._moving = None
         self._out_of_log, self._cut = None, False
-        self._next = self._emitted = self._durable = offset
-        halt.start(*key, offset)
+        self._durable = offset
         if self._new is None:  # a held new partition commits nothing (flows.discovery)
             self._pending = offset
         return True
