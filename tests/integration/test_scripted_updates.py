@@ -1,6 +1,6 @@
 """Scripted updates (WRITE_METHOD=script) against the real node: a counter incremented by a
 stored and by an inline Painless script, a scripted upsert, a concurrent writer's
-increments all counted (retry on conflict), a retried script run once, and the README's
+increments all counted (retry on conflict), a retried script run once, and the docs'
 script that skips a replayed record (ES_SCRIPT_RECORD).
 
 `es-sink verify` after a scripted run compares presence only.
@@ -166,7 +166,7 @@ def test_a_concurrent_writer_s_increments_are_all_counted(services, es, names):
     assert _source(es, topic, "c") == {"n": n + 1000 * len(done)}
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "elasticsearch.md"
 
 
 def test_a_retried_script_runs_once(services, es, names):
@@ -203,9 +203,9 @@ def test_a_retried_script_runs_once(services, es, names):
 
 
 def test_a_script_that_remembers_offsets_skips_a_replayed_record(services, es, names):
-    """The README's pattern with ES_SCRIPT_RECORD=true: the same records read again (a
-    replay after a crash; here, a second group) leave the counter as it was."""
-    (script,) = re.findall(r"```painless\n(.*?)```", README.read_text(), re.DOTALL)
+    """The pattern of docs/elasticsearch.md with ES_SCRIPT_RECORD=true: the same records read
+    again (a replay after a crash; here, a second group) leave the counter as it was."""
+    (script,) = re.findall(r"```painless\n(.*?)```", PAGE.read_text(), re.DOTALL)
     topic = _topic(services, names, "script-replay")
     env = {
         "KAFKA_TOPICS": topic,

@@ -45,37 +45,31 @@ def test_registry_numeric_settings_checked_at_build() -> None:
         )
 
 
-# -- the registry: the only list of formats, and the README's
+# -- the registry: the only list of formats, and the docs'
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-def _readme_table_cell(name: str) -> str:
-    """The last (`meaning`) cell of the configuration table row of `name`."""
-    for line in README.read_text().splitlines():
-        if line.startswith(f"| `{name}` |"):
-            return re.split(r"(?<!\\)\|", line.strip().strip("|"))[-1].strip()
-    raise AssertionError(f"README has no configuration row for {name}")
+def _setting_note(name: str) -> str:
+    """The notes on `name` in docs/configuration.md (under its heading ``### `NAME` ``)."""
+    text = (DOCS / "configuration.md").read_text()
+    m = re.search(rf"^### `{name}`\n(.*?)(?=^#)", text, re.M | re.S)
+    assert m, f"docs/configuration.md has no notes on {name}"
+    return m.group(1)
 
 
-def _readme_section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"\n### {title}\n")
-    end = text.find("\n#", start + 1)
-    return text[start:end]
-
-
-def test_readme_format_choices_are_the_converters() -> None:
-    assert re.findall(r"`([^`]+)`", _readme_table_cell("VALUE_FORMAT")) == list(CONVERTERS)
-    key_formats = _readme_table_cell("KEY_FORMAT")
+def test_docs_format_choices_are_the_converters() -> None:
+    assert re.findall(r"`([^`]+)`", _setting_note("VALUE_FORMAT")) == list(CONVERTERS)
+    key_formats = _setting_note("KEY_FORMAT")
     assert "the same choices" in key_formats or (
         re.findall(r"`([^`]+)`", key_formats) == list(CONVERTERS)
     )
-    needs = re.findall(r"`([^`]+)`", _readme_table_cell("SCHEMA_REGISTRY_URL"))
+    needs = re.findall(r"`([^`]+)`", _setting_note("SCHEMA_REGISTRY_URL"))
     assert needs == list(REGISTRY_FORMATS) == [n for n, c in CONVERTERS.items() if c.needs_registry]
-    # Section "Converters": one bullet per converter (or per pair), in the same order.
-    bullets = re.findall(r"^- ((?:`[^`]+`(?:, )?)+):", _readme_section("Converters"), re.M)
+    # docs/converters.md: one bullet per converter (or per pair), in the same order.
+    text = (DOCS / "converters.md").read_text()
+    bullets = re.findall(r"^- ((?:`[^`]+`(?:, )?)+):", text, re.M)
     listed = [name for b in bullets for name in re.findall(r"`([^`]+)`", b)]
     assert listed == list(CONVERTERS)
 

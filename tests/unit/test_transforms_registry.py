@@ -1,4 +1,4 @@
-"""flows.transforms.registry: `@builtin` is the only list of built-ins, and the README's."""
+"""flows.transforms.registry: `@builtin` is the only list of built-ins, and the docs'."""
 
 from __future__ import annotations
 
@@ -17,13 +17,14 @@ from flows.transforms.entry import Entry
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.unit.transforms_support import make_doc, run_one
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "transforms.md"
 
 
-def _readme_transform_table() -> dict[str, frozenset[str]]:
-    """`type -> keys` from the table of section "Transforms" (one row may name two types)."""
-    text = README.read_text()
-    start = text.index("\n### Transforms\n")
+def _docs_transform_table() -> dict[str, frozenset[str]]:
+    """`type -> keys` from the table of section "Built-in transforms" (one row may name two
+    types)."""
+    text = PAGE.read_text()
+    start = text.index("\n## Built-in transforms\n")
     section = text[start : text.index("\n#", start + 1)]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     table: dict[str, frozenset[str]] = {}
@@ -42,8 +43,8 @@ def _readme_transform_table() -> dict[str, frozenset[str]]:
     return table
 
 
-def test_readme_transform_table_is_the_registry() -> None:
-    table = _readme_transform_table()
+def test_docs_transform_table_is_the_registry() -> None:
+    table = _docs_transform_table()
     assert set(table) == set(BUILTINS)
     for name, spec in BUILTINS.items():
         assert table[name] == spec.keys, name
