@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CODE_DIRS = ("flows", "sinks", "chaos", "bench", "devkit", "demo", "scripts", "tests")
 """Whose docstrings and comments are read."""
 
-NOT_SOURCE = {".git", ".venv", "venv", "build", "dist", "recovery"}
+NOT_SOURCE = {".git", ".venv", "venv", "build", "dist", "recovery", "site"}
 TOP = sorted(
     p.name
     for p in ROOT.iterdir()
