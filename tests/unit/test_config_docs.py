@@ -1,9 +1,10 @@
-"""The configuration reference (docs/configuration.md) says what the declarations
-(flows/config) say.
+"""The configuration reference (docs/configuration.md) and the README's short table say what
+the declarations (flows/config) say.
 
 The page's tables are generated from the declarations (`python -m devkit.docs`), so a
 setting added, removed or changed there fails here until the page is written again; the
-notes under each table name only declared settings of that table's group, once each.
+notes under each table name only declared settings of that table's group, once each. The
+README's table of the settings most users set names declared settings with their defaults.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from flows.config.docs import groups, json_schema, markdown, shown_default, vari
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "configuration.md"
+README_TABLE = "Settings most users set"
 
 
 def declared() -> dict[str, str]:
@@ -71,6 +73,30 @@ def test_every_variable_links_to_its_note() -> None:
     text = PAGE.read_text()
     for name, anchor in docs.notes(text).items():
         assert f"[`{name}`](#{anchor})" in text
+
+
+def readme_rows() -> list[tuple[list[str], str]]:
+    """(variables, default) of each row of the README's settings table."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split(f"\n## {README_TABLE}\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) < 3 or cells[0] in ("variable", "---"):
+            continue
+        rows.append((re.findall(r"`([A-Z][A-Z0-9_]*(?:<NAME>)?)`", cells[0]), cells[1]))
+    return rows
+
+
+def test_the_readme_table_names_declared_settings_with_their_defaults() -> None:
+    rows = readme_rows()
+    assert 8 <= len(rows) <= 12, "the README lists the settings most users set, not all"
+    shown = declared()
+    for names, default in rows:
+        assert len(names) == 1, names
+        (name,) = names
+        assert name in shown, f"README: {name} is not a declared setting"
+        assert default == shown[name], f"README: {name} defaults to {shown[name]}, not {default}"
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,11 @@
-"""The example configuration in the README stays valid."""
+"""The examples stay valid: the configuration file of examples/ and the README's Python
+transform."""
 
 from __future__ import annotations
 
 import logging
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,9 +13,11 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from flows.config import Settings
-from flows.transforms import build_transforms
+from flows.record import Doc, Record
+from flows.transforms import apply_transforms, build_transforms
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "es-sink.yaml"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_example_yaml_loads_and_its_built_in_transforms_compile():
@@ -41,3 +46,27 @@ def test_example_kafka_config_suits_every_client(caplog: pytest.LogCaptureFixtur
         consumer.poll(0.2)
         consumer.close()
     assert not [r.getMessage() for r in caplog.records if "CONFWARN" in r.getMessage()]
+
+
+def test_the_readme_transform_does_what_the_readme_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its module, loaded through TRANSFORMS as its command line does, drops, changes and
+    routes as its comments say."""
+    section = README.read_text().split("\n## A Python transform\n", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    (command,) = re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
+    module = tmp_path / code.splitlines()[0].removeprefix("# ")  # mycompany/transforms.py
+    module.parent.mkdir(parents=True)
+    (module.parent / "__init__.py").touch()
+    module.write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, module.parent.name, raising=False)
+    spec = re.search(r"TRANSFORMS=(\S+)", command)
+    assert spec is not None
+    settings = Settings.load({"TRANSFORMS": spec.group(1), "KAFKA_TOPICS": "orders"})
+    transforms = build_transforms(settings.transforms)
+    record = Record("orders", 0, 7, None, b"k", b"{}")
+    (doc,) = apply_transforms(transforms, Doc(record, {"region": "us"}))
+    assert (doc.source, doc.index) == ({"region": "us", "team": "payments"}, "orders-us")
+    assert apply_transforms(transforms, Doc(record, {"status": "test"})) == []
