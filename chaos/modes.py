@@ -36,7 +36,7 @@ external versions would refuse the stale writes and hide a late bulk); `update` 
 `script` answer 429 for some items. Both delete by tombstone, and the updates of a
 document a later tombstone deletes are replayed after kills: `ON_MISSING_DOCUMENT=upsert`
 creates the document again and the replayed tombstone deletes it. `script` counts each
-document's writes since it was (re)created with the README's replay guard
+document's writes since it was (re)created with the replay guard of docs/elasticsearch.md
 (`COUNTING_SCRIPT`); Painless exists only on OpenSearch nodes (`--opensearch`).
 
 `reset` (`chaos.reset`) primes the group's offsets to 0 like `grow`, then once pauses the
@@ -68,9 +68,9 @@ long writes = ctx._source.writes == null ? 0 : ctx._source.writes;
 ctx._source.putAll(params.doc);
 ctx._source.writes = writes + 1;
 """
-"""The README's replay guard (ES_SCRIPT_RECORD), then the record's document and a count of
-the writes since the document was (re)created: replays and re-sent bulks skip an applied
-record, so `writes` is exact."""
+"""The replay guard of docs/elasticsearch.md (ES_SCRIPT_RECORD), then the record's document
+and a count of the writes since the document was (re)created: replays and re-sent bulks
+skip an applied record, so `writes` is exact."""
 RECOVERY_PARTITIONS = 2
 GROW_FIRST = 4
 GROW_ADD = 4

@@ -5,8 +5,8 @@ One run, end to end (`scripts/soak`; `tests/integration/test_soak.py` runs a 3-m
 1. A node of its own (`scripts/stack`, own STACK_DIR and ports), so restarting it troubles
    nothing else; a fresh 8-partition topic, dead-letter topic, index (2 shards, strict
    mapping) and recovery store; the flow as `--layout` (default 2 processes) with
-   `-r <store> -s 5 -b 30` as the README recommends, KAFKA_STOP_AT_END=false, the
-   chaos workload's transform and its ~2% bad records of ~20 kinds.
+   `-r <store> -s 5 -b 30` as docs/guarantees.md (Recovery) runs it,
+   KAFKA_STOP_AT_END=false, the chaos workload's transform and its ~2% bad records of ~20 kinds.
 2. Calibration: a backlog of `--calibrate` records drained by the first run; the index
    operations' rate between 10% and 90% of it is the flow's capacity here, and the soak
    then produces at `--load` (0.5) of it, live, for `--minutes`.
@@ -50,7 +50,7 @@ from chaos.workload import PARTITIONS, Rec, chunk, index_body
 from devkit.kafka import create_topic
 
 RUN_ARGS = ["-s", "5", "-b", "30"]
-"""Bytewax's epoch and backup intervals, as README's production example runs it."""
+"""Bytewax's epoch and backup intervals, as the example of docs/guarantees.md (Recovery) runs it."""
 QUEUE_OF_ONE = "thread_pool.write.size: 1\\nthread_pool.write.queue_size: 1"
 LATENCY_SAMPLES_PER_S = 20
 START_TIMEOUT_S = 240

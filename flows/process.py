@@ -18,7 +18,7 @@ A document goes to the sink partition where Kafka's partitioner would put its id
 partition count divides the topic's, each Kafka partition's documents go to one sink
 partition, so its run in a batch fills one buffer. Bytewax gives that sink partition to the
 worker that reads the Kafka partition (nothing crosses between processes) only where both
-kinds of partition sort by name alike: one topic of at most 10 partitions (README).
+kinds of partition sort by name alike: one topic of at most 10 partitions (docs/architecture.md).
 
 With ERRORS_TOLERANCE=none a failed record is held (`flows.halt`), not raised, so that a
 record before it that Elasticsearch refuses is the one the flow stops on. With `log` the

@@ -1,4 +1,4 @@
-"""The status and control API of a flow process (README, "Operating").
+"""The status and control API of a flow process (docs/operations.md).
 
 Off unless API_PORT is set. A process serves on API_HOST, from its own thread (never a Bytewax
 worker's), on API_PORT plus the number of processes listed before it (`-a`) on the same

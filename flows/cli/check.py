@@ -344,7 +344,7 @@ def _print(report: Report) -> None:
 
 def shown(value: Any, info: Any = None) -> str:
     """A setting's value as the operator writes it: `a,b`, `true`, `k:v`; a computed
-    default as the README names it (`max(8, workers)`)."""
+    default as the docs name it (`max(8, workers)`)."""
     extra = getattr(info, "json_schema_extra", None)
     if isinstance(extra, dict) and isinstance(extra.get("x-default"), str):
         default = info.default

@@ -57,7 +57,7 @@ out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 
-JsonOpt = typer.Option(False, "--json", help="Print JSON (the shape in the README).")
+JsonOpt = typer.Option(False, "--json", help="Print JSON (the shape in docs/operations.md).")
 
 
 class Problem(Exception):
@@ -96,7 +96,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
 
 def emit_json(value: Any) -> None:
-    """One JSON document on stdout (the stable `--json` shapes in the README)."""
+    """One JSON document on stdout (the stable `--json` shapes in docs/operations.md)."""
     sys.stdout.write(json.dumps(value, indent=2, sort_keys=False, default=str) + "\n")
     sys.stdout.flush()
 

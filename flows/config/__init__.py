@@ -71,7 +71,7 @@ _SENSITIVE = re.compile(
 
 
 # The groups in reverse: pydantic collects fields and runs validators from the last base to
-# the first, so this order reads (and checks) Kafka first, as the README lists them.
+# the first, so this order reads (and checks) Kafka first, as docs/configuration.md lists them.
 class Settings(
     ApiSettings,
     FencingSettings,

@@ -1,5 +1,5 @@
 """The declarations as documentation: a Markdown table per group, the defaults as the
-README writes them, and the JSON Schema of an ES_SINK_CONFIG file."""
+docs write them, and the JSON Schema of an ES_SINK_CONFIG file."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ MIB = 1024 * 1024
 
 
 def groups() -> list[tuple[type[Group], dict[str, FieldInfo]]]:
-    """Each group of `Settings` in README order, with its settings by environment name."""
+    """Each group of `Settings` in the docs' order, with its settings by environment name."""
     out = []
     for group in reversed(Settings.__bases__):
         if issubclass(group, Group):
@@ -35,7 +35,7 @@ def variable(field: FieldInfo) -> str:
 
 
 def shown_default(field: FieldInfo) -> str:
-    """The default as the README's tables write it: `` `text` ``, a number, 8 MiB, or blank."""
+    """The default as the docs' tables write it: `` `text` ``, a number, 8 MiB, or blank."""
     extra = field.json_schema_extra
     if isinstance(extra, dict) and isinstance(extra.get("x-default"), str):
         return str(extra["x-default"])

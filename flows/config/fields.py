@@ -3,7 +3,8 @@ environment (text) and a YAML file (text, numbers, lists, maps) both have to be 
 
 A declaration says everything once: the environment name (also the YAML key, in lower case),
 the default, bounds (`ge`, `le`) or choices (`OneOf`), secrecy (`SecretValue`) and a one-line
-doc. The loader, the error messages, `python -m flows.config` and the README test read it.
+doc. The loader, the error messages, `python -m flows.config` and the docs' tables
+(`devkit.docs`) read it.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def setting(
 ) -> Any:
     """One setting: read from the environment variable `env` (and the YAML key `env.lower()`).
 
-    `shown` is the default as the README writes it when it is not the value itself (a
+    `shown` is the default as the docs write it when it is not the value itself (a
     computed default); `prefix` names the pass-through variables that fill a YAML-only map."""
     extra: dict[str, Any] = {}
     if shown is not None:

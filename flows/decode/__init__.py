@@ -71,7 +71,7 @@ CONVERTERS: Mapping[str, Converter] = MappingProxyType(
         "protobuf": Converter("flows.decode.protobuf:build_protobuf", needs_registry=True),
     }
 )
-"""The formats, in the order the README lists them: the only list of them."""
+"""The formats, in the order docs/converters.md lists them: the only list of them."""
 
 REGISTRY_FORMATS: tuple[str, ...] = tuple(n for n, c in CONVERTERS.items() if c.needs_registry)
 """The formats that need SCHEMA_REGISTRY_URL (derived from CONVERTERS)."""

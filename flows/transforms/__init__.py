@@ -25,7 +25,7 @@ Built-in types (`{type: <name>, ...}`, modelled on Kafka Connect SMTs) are regis
 `@builtin(name, keys=..., doc=...)` in their family's module: fields (insert_field, rename,
 drop, keep, mask, extract), ids (key_from_field, id_from_field), timestamps
 (timestamp_convert), filters (filter), route, cdc (debezium, unwrap), action, python. `BUILTINS`
-holds each one's keys and doc; the README's table sums them up (a test holds the two
+holds each one's keys and doc; docs/transforms.md's table sums them up (a test holds the two
 together).
 
 Dotted paths (`a.b.c`, `sinks.model.FieldPath`) walk nested objects; they do not index into

@@ -3,7 +3,7 @@
 A builder takes the checked configuration entry (`flows.transforms.entry.Entry`) and
 returns the transform; it runs once at start, so everything that can be compiled (paths,
 regexes, templates, imports) is compiled there. `build_transforms`, the key check of every
-entry and the test that holds the README's table to the built-ins all read `BUILTINS`, so a
+entry and the test that holds docs/transforms.md's table to the built-ins all read `BUILTINS`, so a
 new built-in is one decorated function in its family's module (plus its tests).
 """
 
@@ -32,7 +32,8 @@ class Builtin:
     keys: frozenset[str]
     """The keys an entry may have besides `type`; any other is a ConfigError."""
     doc: str
-    """What it does and what its keys mean (the reference; the README table sums it up)."""
+    """What it does and what its keys mean (the reference; docs/transforms.md's table sums it
+    up)."""
     build: Builder
     label: bool = True
     """Name the transform after its entry (`transforms[i] (name)`) for error messages."""

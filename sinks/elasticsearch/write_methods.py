@@ -52,7 +52,7 @@ class WriteMethod:
     op: str
     """The `_bulk` operation of its action line."""
     doc: str
-    """One line for the README."""
+    """One line for docs/elasticsearch.md's table of write methods."""
     body: Callable[[Updates], Encode] | None = None
     """Compiles, once, the encoder of its request body (None: the document itself)."""
     conflict_is_done: bool = False
@@ -157,7 +157,7 @@ WRITE_METHODS: dict[str, WriteMethod] = {
         ),
     )
 }
-"""WRITE_METHOD value → its method, in the order the README lists them."""
+"""WRITE_METHOD value → its method, in the order the docs list them."""
 
 ACTIONS = (*WRITE_METHODS, DELETE)
 """What `Doc.action` may hold: a write method for this record alone, or `delete`."""

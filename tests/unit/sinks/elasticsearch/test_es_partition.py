@@ -1712,7 +1712,8 @@ def test_bytewax_unwinding_after_an_error_sends_nothing(monkeypatch) -> None:
 
 
 def test_retry_waits_are_full_jitter_draws_below_the_cap() -> None:
-    """README: ES_RETRY_INITIAL_MS/ES_RETRY_MAX_MS are a full-jitter, doubling backoff."""
+    """docs/configuration.md: ES_RETRY_INITIAL_MS/ES_RETRY_MAX_MS are a full-jitter, doubling
+    backoff."""
     down = TransportConnectionError("Connection refused")
     draws = iter([0.0, 0.1, 0.99, 0.5] * 10)
     rig = Rig(FakeClient(*[down] * 8), rand=lambda: next(draws))
