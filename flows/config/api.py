@@ -33,7 +33,7 @@ class ApiSettings(Group):
     )
     api_host: str = setting("API_HOST", "127.0.0.1", "address the status API listens on")
     api_token: SecretValue | None = setting(
-        "API_TOKEN", None, "bearer token for PUT /pause, /resume, /stop, /restart (required off loopback)"
+        "API_TOKEN", None, "bearer token of the PUT endpoints (required off loopback)"
     )
     api_liveness_s: float = setting(
         "API_LIVENESS_S",
