@@ -266,6 +266,7 @@ def exit_action(*, failed: bool, signalled: bool, restart: bool, fatal: bool) ->
 
 def _at_exit() -> None:
     failed = getattr(sys, "last_value", None) is not None  # set before atexit handlers run
+    shutdown.returned()
     with _lock:
         executions = list(_executions.items())
     if not failed and not shutdown.requested():

@@ -84,7 +84,7 @@ from typing import NoReturn
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from elasticsearch import Elasticsearch
 
-from flows import shutdown, sink_config
+from flows import control, shutdown, sink_config
 from flows.config import Settings
 from flows.runtime import run_args
 from sinks import failing
@@ -278,15 +278,38 @@ class Reset:
 
 def reset_metadata(previous: str | None, reset: Reset) -> str:
     """The metadata of a reset's commit over a commit with `previous` metadata: the
-    partition count (flows.discovery) and generation (the next owner's is one more) kept,
-    no owner named (an owner would take the commit for its own), and the reset."""
+    partition count (flows.discovery), generation (the next owner's is one more) and a
+    recorded pause (flows.control) kept, no owner named (an owner would take the commit for
+    its own), and the reset. An owner that had not released the partition may have left
+    bulks queued in Elasticsearch (a crash): `reset-after` and `reset-lease` name whose, so
+    that the next owner waits for them as it would have without the reset."""
     f = metadata_fields(previous)
     words = [_PREFIX]
     if f.get("partitions", "").isdigit():
         words.append(f"partitions={f['partitions']}")
     if f.get("gen", "").isdigit():
         words.append(f"gen={f['gen']}")
+    owner = Owner.parse(previous)
+    if owner is not None and not owner.released:
+        words += [f"reset-after={owner.after or owner.token}", f"reset-lease={owner.lease_s:g}"]
+    elif f.get("reset-after") and f.get("reset-lease"):  # a reset over a reset
+        words += [f"reset-after={f['reset-after']}", f"reset-lease={f['reset-lease']}"]
+    pause = control.recorded(previous)
+    if pause is not None:
+        words.append(pause.words())
     return " ".join([*words, reset.words()])
+
+
+def _reset_after(metadata: str | None) -> tuple[str, float]:
+    """The owner whose bulks a reset's commit says to wait for, and its lease ("", 0)."""
+    f = metadata_fields(metadata)
+    try:
+        lease = float(f.get("reset-lease", "0"))
+    except ValueError:
+        return "", 0.0
+    if not f.get("reset-after") or not 0 < lease <= MAX_LEASE_S:
+        return "", 0.0
+    return f["reset-after"], lease
 
 
 def _gen(metadata: str | None) -> int:
@@ -381,8 +404,12 @@ class PartitionFence:
         if prev is not None and not prev.released and not self._crashed_here:
             self._wait_s = prev.lease_s if settings.fence_wait_s is None else settings.fence_wait_s
         # Whose bulks to wait for: the previous owner's, or, if it stopped before it read,
-        # those it was itself waiting for (it wrote nothing).
+        # those it was itself waiting for (it wrote nothing); after an `es-sink offsets
+        # reset`, those of the owner the reset replaced.
         self._awaited = "" if prev is None or prev.released else prev.after or prev.token
+        self._awaited_lease = prev.lease_s if prev is not None else 0.0
+        if prev is None and has_offset:
+            self._awaited, self._awaited_lease = _reset_after(committed.metadata)
         self.owner = replace(_me(), gen=gen, lease_s=lease_s(settings), waiting=self._wait_s > 0)
         self._deadline: float | None = None  # waiting until then (monotonic), then a check
         self._due = False
@@ -432,9 +459,11 @@ class PartitionFence:
     def announced(self) -> None:
         """The announcement was committed: start the wait, if the previous owner needs one."""
         prev = self.previous
+        if self._awaited:
+            es = _es(self._settings)
+            self._bulks = tasks.owner_gone(es, self._awaited, self._awaited_lease)
         if prev is None or prev.released:
             return
-        self._bulks = tasks.owner_gone(_es(self._settings), self._awaited, prev.lease_s)
         if self._crashed_here:
             whose = "its" if self._awaited == prev.token else f"{self._awaited}'s"
             logger.info(

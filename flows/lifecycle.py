@@ -112,6 +112,7 @@ def log_restart(settings: Settings) -> None:
 
 
 def _at_exit(settings: Settings) -> None:
+    shutdown.returned()
     if not _error:
         _log_stop(settings)
     # The earliest failure of each partition: a record held by the processor, or one

@@ -151,8 +151,19 @@ def _on_signal(signum: int) -> None:
     request(name)
 
 
+_returned = threading.Event()
+
+
+def returned() -> None:
+    """The dataflow has returned (called from the exit hooks): the stop finished, so the
+    timeout no longer applies to what the hooks still do (the stop line asks Kafka for the
+    committed offsets; a restart executes the command line again)."""
+    _returned.set()
+
+
 def _exit_after(timeout_s: float, grace_s: float) -> None:
-    threading.Event().wait(timeout_s + grace_s)
+    if _returned.wait(timeout_s + grace_s):
+        return
     try:
         why = "is Elasticsearch or Kafka unreachable?"
         if run_args().processes > 1:  # an epoch ends only once every process finished it

@@ -441,12 +441,16 @@ class EsSinkPartition(StatefulSinkPartition[Chunk, None]):
         if self._owner is None:
             return
         what: str | None = f"sink partition {self._name}'s timed-out request"
+        listed = False  # seen still queued: unlistable later, it may still be
         while True:
             gone = tasks.wait_gone(
                 self._client, self._owner, self._name, self._timeout_s, what, failing.failing
             )
             what = None  # said once
-            if gone is not tasks.Gone.BOUND:  # not listed, or not listable: waited the bound
+            listed = listed or gone is tasks.Gone.BOUND
+            if gone is tasks.Gone.NONE or gone is tasks.Gone.DONE:
+                return
+            if gone is tasks.Gone.UNLISTED and not listed:  # never seen: waited the bound
                 return
             if call.retries.over_budget() or failing.failing():
                 msg = (

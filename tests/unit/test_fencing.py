@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from flows import fencing, halt, shutdown
+from flows import control, fencing, halt, shutdown
 from flows.config import Settings
 from flows.fencing import Owner, metadata_fields
 from flows.source import KafkaSourcePartition
@@ -725,3 +725,36 @@ def test_a_reset_is_followed_without_fencing_too(make: Any) -> None:
     assert BROKER.commits[-1] == (3, f"es-sink {RESET_WORDS}")
     epoch(part)
     assert BROKER.commits[-1] == (3, "")
+
+
+def test_a_reset_over_a_crashed_owner_still_makes_the_next_owner_wait_for_its_bulks(
+    make: Any,
+) -> None:
+    """The reset's commit named no owner, so the next start waited for nobody: a bulk the
+    crashed process left queued in Elasticsearch landed after the new run's newer write."""
+    dead = make()
+    dead.next_batch()
+    epoch(dead)  # crashed (on this host) with a bulk still queued
+    gone = dataclasses.replace(owner(dead), start=owner(dead).start + 1)  # no such process
+    assert fencing.holds(gone, int(time.time() * 1000)) is None  # a reset needs no --force
+    ES.listed = [tasks.opaque_id(gone.token, "es-0002")]
+    BROKER.offset = 0
+    BROKER.metadata = fencing.reset_metadata(f"es-sink {gone.words()}", fencing.Reset(1, "ops"))
+    assert f"reset-after={gone.token}" in BROKER.metadata
+    restarted = make(FENCE_WAIT_S="600")
+    restarted._consumer.assign([TopicPartition("t", 0, 0)])
+    for _ in range(5):
+        assert restarted.next_batch() == []  # the dead owner's bulk still runs
+        time.sleep(0.02)
+    assert f" after={gone.token}" in BROKER.commits[-1][1]  # passed on while it waits
+    ES.listed = []
+    time.sleep(0.05)
+    assert len(restarted.next_batch()) == 3
+
+
+def test_a_reset_keeps_a_recorded_pause() -> None:
+    """The README's backfill recipe (pause, stop, reset, start) started unpaused."""
+    paused = "es-sink partitions=2 gen=1 paused=1700000000000 paused_by=alice@ops"
+    after = fencing.reset_metadata(paused, fencing.Reset(1, "ops"))
+    pause = control.recorded(after)
+    assert pause is not None and (pause.since_ms, pause.by) == (1700000000000, "alice@ops")

@@ -44,3 +44,20 @@ def test_a_signal_during_a_restart_drain_is_bounded_by_the_timeout_alone(
     shutdown._on_signal(signal.SIGTERM)
     assert fresh == [(30.0, 300.0), (30.0, 0.0)]
     assert shutdown.signalled()
+
+
+@pytest.mark.parametrize("returned", [True, False])
+def test_the_stop_timeout_spares_a_process_whose_dataflow_returned(
+    monkeypatch: pytest.MonkeyPatch, returned: bool
+) -> None:
+    """A drain that ended close to SHUTDOWN_TIMEOUT_S exited 1 while its exit hooks asked
+    Kafka for the stop line's offsets, and a restart then never executed."""
+    exits: list[int] = []
+    monkeypatch.setattr(shutdown, "exit_now", exits.append)
+    monkeypatch.setattr(shutdown, "_returned", threading.Event())
+    timer = threading.Thread(target=shutdown._exit_after, args=(0.3, 0.0))
+    timer.start()
+    if returned:
+        shutdown.returned()
+    timer.join(5)
+    assert exits == ([] if returned else [shutdown.TIMEOUT_EXIT_STATUS])

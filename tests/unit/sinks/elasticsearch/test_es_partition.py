@@ -547,6 +547,41 @@ def test_a_timed_out_request_still_listed_past_the_retry_budget_stops_the_flow(
     assert client.events.count("bulk") == 1  # never sent again
 
 
+def test_a_timed_out_request_seen_queued_then_unlistable_is_never_sent_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Listed once, then `_tasks` itself timed out (the same overload): after one bound
+    the request counted as gone and was sent again while it could still land last."""
+    monkeypatch.setattr(tasks, "POLL_S", 0.01)
+    s = settings(ES_RETRY_BUDGET_S="30", ES_REQUEST_TIMEOUT_S="0.1")
+    clock = FakeClock()
+    client = TaskListingClient(ConnectionTimeout("timed out"), polls=10**9)
+    listing = client.list
+    lookups = 0
+
+    def list_then_fail(**kw: Any) -> Any:  # each lookup: a second on the partition's clock
+        nonlocal lookups
+        clock.now += 1
+        lookups += 1
+        if lookups > 1:
+            raise ConnectionTimeout("listing timed out")
+        return listing(**kw)
+
+    client.list = list_then_fail  # type: ignore[method-assign]
+    part = EsSinkPartition(
+        sink_config.es_sink(s),
+        "es-0000",
+        client,
+        None,
+        clock=clock,
+        owner="tok",  # type: ignore[arg-type]
+    )
+    part.write_batch([make_actions(s, "a")])
+    with pytest.raises(ElasticsearchUnavailableError, match="still queued in Elasticsearch"):
+        part.snapshot()
+    assert client.events.count("bulk") == 1  # never sent again
+
+
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
 def test_whole_request_overload_is_retried(status: int) -> None:
     rig = Rig(FakeClient(api_error(status, "overloaded")))
