@@ -18,6 +18,7 @@ export KAFKA_PORT="$(test_port 19092 TEST_KAFKA_PORT)"
 export KAFKA_CONTROLLER_PORT="$(test_port 19093 TEST_KAFKA_CONTROLLER_PORT)"
 export ES_PORT="$(test_port 19200 TEST_ES_PORT)"
 export ES_TRANSPORT_PORT="$(test_port 19300 TEST_ES_TRANSPORT_PORT)"
+export REGISTRY_PORT="$(test_port 19081 TEST_REGISTRY_PORT)"
 if [ "$KAFKA_PORT" = 19092 ] && [ "$ES_PORT" = 19200 ]; then
   export STACK_DIR="${TEST_STACK_DIR:-/var/tmp/es-sink-test}"
 else
@@ -25,6 +26,7 @@ else
 fi
 export ES_SINK_TEST_KAFKA="127.0.0.1:$KAFKA_PORT"
 export ES_SINK_TEST_ES="http://127.0.0.1:$ES_PORT"
+export ES_SINK_TEST_REGISTRY="http://127.0.0.1:$REGISTRY_PORT"
 export ES_SINK_TEST_STACK_DIR="$STACK_DIR"
 
 # The compatibility nodes (scripts/test starts them beside the integration tier).
@@ -42,6 +44,7 @@ export ES_SINK_TEST_SECURE_KAFKA_PORT="$(test_port 19096 ES_SINK_TEST_SECURE_KAF
 export ES_SINK_TEST_SECURE_ES_PORT="$(test_port 19250 ES_SINK_TEST_SECURE_ES_PORT)"
 export ES_SINK_TEST_ROLLING_ES_PORT="$(test_port 19270 ES_SINK_TEST_ROLLING_ES_PORT)"
 export ES_SINK_TEST_SOAK_ES_PORT="$(test_port 19280 ES_SINK_TEST_SOAK_ES_PORT)"
+export ES_SINK_TEST_OUTAGE_REGISTRY_PORT="$(test_port 19082 ES_SINK_TEST_OUTAGE_REGISTRY_PORT)"
 
 lock_stack_dir() {
   # One run per STACK_DIR at a time: a second one would clean, stop or run against the

@@ -8,14 +8,15 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
-from . import es, kafka
+from . import es, kafka, registry
 from .config import KAFKA_PORT, SECURE_DIR, SECURE_ENV, STACK_DIR, STACK_HOST, StackError, log
 from .procs import tail
 from .secure import secure
 
 
 class Server(Protocol):
-    """What a server module provides (kafka.py, es.py): a third kind is one more module."""
+    """What a server module provides (kafka.py, es.py, registry.py): another kind is one more
+    module."""
 
     STATE_DIR: Path  # its data, configuration and logs under STACK_DIR (`clean` deletes it)
     LOG_FILE: Path
@@ -29,11 +30,16 @@ class Server(Protocol):
 KAFKA_ADDRESS = f"{STACK_HOST}:{KAFKA_PORT}"
 
 # In start order; `down` stops them in reverse.
-SERVERS: dict[str, Server] = {"kafka": kafka, "es": es}
+SERVERS: dict[str, Server] = {"kafka": kafka, "es": es, "registry": registry}
+# What `up` starts when no server is named: the registry only on demand (`up registry`,
+# `up all`), since only the avro, json-schema and protobuf formats need it.
+DEFAULT = ("kafka", "es")
 
 
 def chosen(which: str) -> list[Server]:
-    return [server for name, server in SERVERS.items() if which in ("all", name)]
+    """The servers `which` names: one, `all`, or `default` (DEFAULT)."""
+    names = DEFAULT if which == "default" else SERVERS if which == "all" else (which,)
+    return [server for name, server in SERVERS.items() if name in names]
 
 
 def download(which: str) -> None:
@@ -65,9 +71,14 @@ def clean() -> None:
     log(f"deleted the data under {STACK_DIR}")
 
 
-def status() -> int:
+def status(which: str) -> int:
+    """`which` answers; by default Kafka, Elasticsearch, and the registry if it was started
+    in this STACK_DIR (it has a pid file)."""
     is_secure = secure()
-    answering = [server.status(is_secure) for server in SERVERS.values()]
+    servers = chosen(which)
+    if which == "default" and registry.PID_FILE.exists():
+        servers.append(registry)
+    answering = [server.status(is_secure) for server in servers]
     return 0 if all(answering) else 1
 
 
@@ -94,7 +105,7 @@ def topic(argv: list[str]) -> None:
 
 
 def main(argv: list[str], usage: str) -> int:
-    """`stack [up|down|status|logs|clean|download] [all|kafka|es]`, or `stack topic create
+    """`stack [up|down|status|logs|clean|download] [all|kafka|es|registry]`, or `stack topic create
     NAME [--partitions N]`; prints `usage` on a bad command."""
     cmd = argv[1] if len(argv) > 1 else "status"
     if cmd == "topic":
@@ -104,8 +115,10 @@ def main(argv: list[str], usage: str) -> int:
             print(f"stack: error: {e}", file=sys.stderr)
             return 1
         return 0
-    which = argv[2] if len(argv) > 2 else "all"
-    if which != "all" and which not in SERVERS:
+    # No server named: `up` starts DEFAULT, `status` asks DEFAULT (and a started registry),
+    # the other commands take every server.
+    which = argv[2] if len(argv) > 2 else "default" if cmd in ("up", "status") else "all"
+    if which not in ("all", "default") and which not in SERVERS:
         print(usage, file=sys.stderr)
         return 2
     try:
@@ -118,7 +131,7 @@ def main(argv: list[str], usage: str) -> int:
         elif cmd == "clean":
             clean()
         elif cmd == "status":
-            return status()
+            return status(which)
         elif cmd == "logs":
             logs(which)
         else:

@@ -36,9 +36,14 @@ ES_INITIAL_MASTERS = [
 ]
 ES_NODE_ROLES = [r.strip() for r in os.environ.get("ES_NODE_ROLES", "").split(",") if r.strip()]
 START_TIMEOUT_S = float(os.environ.get("STACK_START_TIMEOUT", "180"))
+# The Schema Registry (Apicurio's, with the Confluent-compatible API): started on demand.
+REGISTRY_VERSION = os.environ.get("REGISTRY_VERSION", "3.3.3")
+REGISTRY_PORT = int(os.environ.get("REGISTRY_PORT", "8081"))
+REGISTRY_HEAP = os.environ.get("REGISTRY_HEAP", "256m")
 
 KAFKA_DIR = STACK_DIR / "kafka"
 ES_DIR = STACK_DIR / "es"
+REGISTRY_DIR = STACK_DIR / "registry"
 
 # Secure mode: see scripts/stack's docstring and docs/security.md.
 KAFKA_SECURE_PORT = int(os.environ.get("KAFKA_SECURE_PORT", str(KAFKA_PORT + 2)))

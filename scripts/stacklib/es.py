@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from . import es_secure, maven, painless
+from . import es_secure, jdk, maven, painless
 from .config import (
     ADMIN_USER,
     CACHE_DIR,
@@ -75,16 +75,7 @@ def es_java_home() -> str:
         if not (Path(home) / "bin" / "java").exists():
             raise StackError(f"ES_JAVA_HOME={home} has no bin/java")
         return home
-    best: tuple[int, str] | None = None
-    for cand in Path("/usr/lib/jvm").glob("*"):
-        release = cand / "release"
-        if not release.exists() or not (cand / "bin" / "jcmd").exists():
-            continue
-        for line in release.read_text(errors="replace").splitlines():
-            if line.startswith("JAVA_VERSION="):
-                major = int(line.split("=", 1)[1].strip('"').split(".")[0])
-                if low <= major <= high and (best is None or major > best[0]):
-                    best = (major, str(cand))
+    best = jdk.newest(low, high)
     if best is None and OPENSEARCH:
         raise StackError(
             f"no JDK {low}-{high} found under /usr/lib/jvm: OpenSearch {VERSION} needs one; "
@@ -94,7 +85,7 @@ def es_java_home() -> str:
         raise StackError(
             "no JDK 21+ found under /usr/lib/jvm: Elasticsearch 9 needs one; set ES_JAVA_HOME"
         )
-    return best[1]
+    return best
 
 
 def download() -> Path:

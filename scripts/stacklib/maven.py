@@ -61,6 +61,8 @@ def artifact(coordinates: str, dest: Path, what: str, label: str) -> Path:
             mvn(),
             "-B",
             "-q",
+            # A download whose .sha1 (from the repository) does not match fails.
+            "--strict-checksums",
             f"{DEPENDENCY_PLUGIN}:copy",
             f"-Dartifact={coordinates}",
             f"-DoutputDirectory={CACHE_DIR}",

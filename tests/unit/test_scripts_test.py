@@ -17,8 +17,12 @@ PORTS = (
     "TEST_OPENSEARCH2_PORT", "TEST_OPENSEARCH2_TRANSPORT_PORT", "ES_SINK_TEST_FAULT_ES_PORT",
     "ES_SINK_TEST_FAULT_KAFKA_PORT", "ES_SINK_TEST_SECURE_KAFKA_PORT",
     "ES_SINK_TEST_SECURE_ES_PORT", "ES_SINK_TEST_ROLLING_ES_PORT", "ES_SINK_TEST_SOAK_ES_PORT",
+    "REGISTRY_PORT", "ES_SINK_TEST_OUTAGE_REGISTRY_PORT",
 )  # fmt: skip
-SHOWN = (*PORTS, "STACK_DIR", "ES_SINK_TEST_STACK_DIR", "ES_SINK_TEST_KAFKA", "ES_SINK_TEST_ES")
+SHOWN = (
+    *PORTS, "STACK_DIR", "ES_SINK_TEST_STACK_DIR", "ES_SINK_TEST_KAFKA", "ES_SINK_TEST_ES",
+    "ES_SINK_TEST_REGISTRY",
+)  # fmt: skip
 
 
 def resolved(**env: str) -> dict[str, str]:
@@ -44,6 +48,7 @@ def test_the_defaults() -> None:
     )
     assert found["STACK_DIR"] == found["ES_SINK_TEST_STACK_DIR"] == "/var/tmp/es-sink-test"
     assert found["ES_SINK_TEST_KAFKA"] == "127.0.0.1:19092"
+    assert found["ES_SINK_TEST_REGISTRY"] == "http://127.0.0.1:19081"
 
 
 def test_an_offset_moves_every_port_and_the_directories() -> None:
@@ -52,6 +57,7 @@ def test_an_offset_moves_every_port_and_the_directories() -> None:
         assert int(second[name]) == int(first[name]) + 1000, name
     assert second["STACK_DIR"] == "/var/tmp/es-sink-test-20092"
     assert second["ES_SINK_TEST_ES"] == "http://127.0.0.1:20200"
+    assert second["ES_SINK_TEST_REGISTRY"] == "http://127.0.0.1:20081"
 
 
 def test_other_ports_alone_get_a_directory_of_their_own() -> None:
