@@ -21,19 +21,25 @@ confluent-kafka's `SchemaRegistryClient`, serializers and deserializers to work 
 PROTOBUF schemas (what confluent-kafka's `ProtobufSerializer` registers, and what it and
 flows.decode fetch back with `?format=serialized`, references included) must be registered
 in the serialized form: a base64 `FileDescriptorProto`. The stand-in has no `.proto`
-parser, so `.proto` text is refused with 422 (the real registry accepts both); every import
+parser, so `.proto` text is refused with 422 (the real registries accept both); every import
 in the file must be a reference's `name` unless it is one of the files clients have built in
 (`google/protobuf/`, `google/type/`, `confluent/`). A protobuf schema is answered in the
-serialized form for `format=serialized` and also without `format` (the real registry would
-answer `.proto` text, which no client here asks for); any other `format` for a protobuf
-schema is treated as an unhandled request (below). Avro and JSON schemas are not validated,
+serialized form for `format=serialized` and also without `format`, as Apicurio Registry
+answers a schema registered serialized; any other `format` for a protobuf schema is treated
+as an unhandled request (below). Two switches play the real registries' other answers:
+`protobuf_as_text` answers a placeholder `.proto` text without `format` (Confluent's
+registry keeps `.proto` text and serializes on request), `serialized_status` answers
+`format=serialized` with that HTTP status (Apicurio Registry's 500 for a schema registered
+serialized). Avro and JSON schemas are not validated,
 and nothing is checked for compatibility.
 
 Unknown ids, subjects and versions answer 404 with the registry's error codes 40403, 40401
 and 40402. Every request is appended to `requests` (path and query); a
 request to any other path answers 404 (error code 404) and is recorded in `unhandled`, so a
 test can notice a client calling an endpoint the stand-in lacks. Setting `fail_status` (for
-example 503 or 401) makes every request answer that status, to test outages.
+example 503 or 401) makes every request answer that status, to test outages. Paths that
+start with one of `missing` (e.g. `/schemas/guids/`) answer a bare 404 with an empty body,
+as Apicurio Registry answers endpoints it lacks.
 
 Usage::
 
@@ -104,6 +110,9 @@ class SchemaRegistryStub:
         self.requests: list[tuple[str, str]] = []
         self.unhandled: list[tuple[str, str]] = []
         self.fail_status: int | None = None
+        self.protobuf_as_text = False
+        self.missing: tuple[str, ...] = ()
+        self.serialized_status: int | None = None
         self._connections: set[socket.socket] = set()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -262,17 +271,14 @@ class SchemaRegistryStub:
                 return 200, list(range(1, len(self._versions(parts[1])) + 1))
             if route == ("GET", "subjects", "*", "versions", "*"):
                 found = self._version(parts[1], parts[3])
-                _check_format(found.get("schemaType"), fmt)
-                return 200, found
+                return self._formatted(found, fmt)
             if route == ("DELETE", "subjects", "*"):
                 versions = list(range(1, len(self._versions(parts[1])) + 1))
                 with self._lock:
                     self._subjects.pop(parts[1], None)
                 return 200, versions
             if route == ("GET", "schemas", "ids", "#"):
-                stored = self._schema(int(parts[2]))
-                _check_format(stored.schema_type, fmt)
-                return 200, stored.body()
+                return self._formatted(self._schema(int(parts[2])).body(), fmt)
             if route == ("GET", "schemas", "ids", "#", "subjects"):
                 self._schema(int(parts[2]))
                 return 200, [s for s, _ in self._subjects_of(int(parts[2]))]
@@ -286,8 +292,7 @@ class SchemaRegistryStub:
                     found = [s for s in self._by_id.values() if s.guid == parts[2]]
                 if not found:
                     raise _NotFoundError(40403, "Schema not found")
-                _check_format(found[0].schema_type, fmt)
-                return 200, found[0].body()
+                return self._formatted(found[0].body(), fmt)
             if route == ("GET", "schemas", "types"):
                 return 200, ["JSON", "PROTOBUF", "AVRO"]
             if route == ("GET", "associations", "resources", "*", "*"):
@@ -302,6 +307,18 @@ class SchemaRegistryStub:
             pass
         self.unhandled.append((method, path))
         return 404, {"error_code": 404, "message": "HTTP 404 Not Found"}
+
+    def _formatted(self, body: dict[str, Any], fmt: str | None) -> tuple[int, Any]:
+        """A schema's answer in the `format` asked for (see the module docstring)."""
+        _check_format(body.get("schemaType"), fmt)
+        if body.get("schemaType") != "PROTOBUF":
+            return 200, body
+        if fmt == "serialized" and self.serialized_status is not None:
+            status = self.serialized_status
+            return status, {"error_code": 0, "message": "Syntax error in schema.proto:1:1"}
+        if not fmt and self.protobuf_as_text:
+            return 200, {**body, "schema": 'syntax = "proto3"; // as registered'}
+        return 200, body
 
     def _lookup(self, subject: str, body: dict[str, Any]) -> dict[str, Any]:
         ids = self._versions(subject)
@@ -390,6 +407,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.registry.fail_status is not None:
             status = self.registry.fail_status
             payload = {"error_code": status * 100, "message": "stub failure"}
+        elif self.registry.missing and split.path.startswith(self.registry.missing):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         else:
             try:
                 body = json.loads(raw) if raw else None

@@ -38,6 +38,12 @@ class DecodeSettings(Group):
         prefix=SCHEMA_REGISTRY_CONFIG_PREFIX,
         repr=False,
     )
+    schema_registry_retry_budget_s: float = setting(
+        "SCHEMA_REGISTRY_RETRY_BUDGET_S",
+        300.0,
+        "how long a record waits for an unavailable registry before the flow stops; 0: forever",
+        ge=0.0,
+    )
 
     @model_validator(mode="after")
     def _registry_for_registry_formats(self) -> Self:

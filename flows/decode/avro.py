@@ -51,7 +51,9 @@ _CACHE_LIMIT = 1_000
 def build_avro(settings: Settings, is_value: bool) -> Decoder:
     """The `avro` converter: Confluent-framed Avro decoded with the writer schema from the
     Schema Registry; bytes, decimals, dates and uuids become JSON text."""
-    return RegistryDecoder("avro", is_value, registry_conf(settings), _avro)
+    return RegistryDecoder(
+        "avro", is_value, registry_conf(settings), _avro, settings.schema_registry_retry_budget_s
+    )
 
 
 def _avro(client: Any, is_value: bool) -> tuple[Deserializer, Post]:

@@ -5,7 +5,8 @@ Confluent framing (magic byte 0 + schema id, or magic byte 1 + schema GUID, or t
 varints; a single 0 byte means the first message), then the payload. No generated classes:
 confluent-kafka's `ProtobufDeserializer` only parses into a class given to it, so this
 decoder does what it does internally, with the writer schema: fetch the schema by id in
-`serialized` form (a base64 `FileDescriptorProto`) and its references (recursively, by
+`serialized` form (a base64 `FileDescriptorProto`: as registered when it was registered so,
+else with `format=serialized`; see `_serialized`) and its references (recursively, by
 subject and version; `google/protobuf/`, `google/type/` and `confluent/` files are built in,
 as in confluent-kafka), build one descriptor pool per schema id and one message class
 (`message_factory.GetMessageClass`) per schema id and message index. Both are cached: a
@@ -55,7 +56,13 @@ if TYPE_CHECKING:
 def build_protobuf(settings: Settings, is_value: bool) -> Decoder:
     """The `protobuf` converter: Confluent-framed protobuf decoded with the writer schema
     from the Schema Registry, as proto3 JSON with exact 64-bit integers."""
-    return RegistryDecoder("protobuf", is_value, registry_conf(settings), _protobuf)
+    return RegistryDecoder(
+        "protobuf",
+        is_value,
+        registry_conf(settings),
+        _protobuf,
+        settings.schema_registry_retry_budget_s,
+    )
 
 
 def _protobuf(client: Any, is_value: bool) -> tuple[Deserializer, Post]:
@@ -100,6 +107,7 @@ class _ProtobufDeserializer:
         )
 
         self._client = client
+        self._as_registered = type(client)(client.config())  # see `_serialized`
         self._header = schema_id_header(is_value)
         self._schema_id = SchemaId
         self._read_schema_id = dual_schema_id_deserializer
@@ -167,11 +175,10 @@ class _ProtobufDeserializer:
 
         Registry errors propagate (and are not remembered).
         """
-        client = self._client
         if isinstance(schema_key, int):
-            schema = client.get_schema(schema_key, None, "serialized")
+            schema = self._serialized(lambda c, fmt: c.get_schema(schema_key, None, fmt))
         else:
-            schema = client.get_schema_by_guid(str(schema_key), "serialized")
+            schema = self._serialized(lambda c, fmt: c.get_schema_by_guid(str(schema_key), fmt))
         ref = _schema_ref(schema_key)
         if schema.schema_type != "PROTOBUF":
             return DecodeError(f"protobuf: {ref} is a {schema.schema_type} schema, not PROTOBUF")
@@ -198,17 +205,54 @@ class _ProtobufDeserializer:
             if not name or name.startswith(_PROTOBUF_BUILTIN_FILES) or name in seen:
                 continue
             seen.add(name)
-            registered = self._client.get_version(
-                reference.subject, reference.version, True, "serialized"
-            )
-            self._fetch_references(registered.schema, files, seen)
-            files.append((name, registered.schema.schema_str))
+            fetch = functools.partial(_version_schema, reference.subject, reference.version)
+            schema = self._serialized(fetch)
+            self._fetch_references(schema, files, seen)
+            files.append((name, schema.schema_str))
+
+    def _serialized(self, fetch: Callable[[Any, str | None], Any]) -> Any:
+        """A protobuf schema in serialized form (a base64 `FileDescriptorProto`), from
+        `fetch(client, format)`: the form it was registered in, if that is the serialized
+        one (what confluent-kafka's serializers register), else `format=serialized`.
+
+        Asked in that order because of Apicurio Registry's Confluent-compatible API: it keeps
+        a schema in the form it was registered in and answers `format=serialized` for one
+        registered serialized with an HTTP 500. Confluent's registry keeps `.proto` text and
+        converts on request: one more request per schema. Each form is asked of a client of
+        its own, since the client caches a schema by id whatever the format asked for.
+        """
+        schema = fetch(self._as_registered, None)
+        if schema.schema_type != "PROTOBUF" or _is_base64(schema.schema_str):
+            return schema
+        return fetch(self._client, "serialized")
 
     def _serialized_file(self, name: str, text: str) -> Any:
         """The FileDescriptorProto of a schema in the registry's serialized (base64) form."""
-        file_proto = self._file_proto.FromString(base64.b64decode(text, validate=True))
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except ValueError:  # binascii.Error, or a character beyond ASCII
+            msg = (
+                "format=serialized answered text, not base64 (Apicurio Registry's answer "
+                "for a schema registered as .proto text)"
+            )
+            raise ValueError(msg) from None
+        file_proto = self._file_proto.FromString(raw)
         file_proto.name = name
         return file_proto
+
+
+def _version_schema(subject: str, version: int, client: Any, fmt: str | None) -> Any:
+    """The schema of a subject's version (deleted ones included), in format `fmt`."""
+    return client.get_version(subject, version, True, fmt).schema
+
+
+def _is_base64(text: str | None) -> bool:
+    """Whether `text` is base64 (`.proto` text never is: it has spaces, `;` or quotes)."""
+    try:
+        base64.b64decode(text or "", validate=True)
+    except ValueError:  # binascii.Error, or a character beyond ASCII
+        return False
+    return bool(text)
 
 
 def _schema_ref(schema_key: _SchemaKey) -> str:

@@ -11,18 +11,30 @@ Payloads are validated against the writer schema and parsed with the same rules 
 The Schema Registry client is created on the first record that needs it, inside the
 returned callable, never at import or build time; an unset `timeout` defaults to 30 s (the
 client's own default is to wait forever). Which failures are record errors and which mean
-the registry is unavailable: see flows.decode.common.
+the registry is unavailable: see flows.decode.common. A registry that answers HTTP 404
+without a Schema Registry error code while it answers `GET /schemas/types` lacks that
+endpoint (Apicurio Registry has no schema GUID lookup): a record error, not an outage.
+
+While the registry is unavailable the record waits: its decoding is retried (full jitter,
+0.5 s doubling to 10 s) for up to SCHEMA_REGISTRY_RETRY_BUDGET_S (0: forever), with a
+warning when it starts, every 30 s and when the registry answers again; the wait is listed
+by the status API (`schema-registry`). Nothing is dead-lettered for an outage; past the
+budget, or when the flow is stopping, `RegistryUnavailableError` stops the flow with
+nothing committed past the record.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlsplit
 from uuid import UUID
 
+from flows import shutdown
 from flows.decode.common import (
     DecodeError,
     Decoder,
@@ -33,6 +45,8 @@ from flows.decode.common import (
     snippet,
 )
 from flows.errors import ConfigError
+from sinks import failing
+from sinks.backoff import Backoff
 
 if TYPE_CHECKING:
     from flows.config import Settings
@@ -61,12 +75,23 @@ _REGISTRY_DEFAULT_TIMEOUT_S = 30
 _NOT_FOUND_CODES = frozenset({40401, 40402, 40403})
 # The deserializers' subject naming; it only matters for data-contract rules.
 DESERIALIZER_CONF = {"subject.name.strategy.type": "TOPIC"}
+RETRY_BACKOFF = Backoff(initial_s=0.5, max_s=10.0)
+"""The waits between tries while the registry is unavailable (the budget is the setting's)."""
+WARN_EVERY_S = 30.0
+
+logger = logging.getLogger(__name__)
 
 
 def build_json_schema(settings: Settings, is_value: bool) -> Decoder:
     """The `json-schema` converter: Confluent-framed JSON validated against the writer
     schema from the Schema Registry, then parsed as `json`."""
-    return RegistryDecoder("json-schema", is_value, registry_conf(settings), _json_schema)
+    return RegistryDecoder(
+        "json-schema",
+        is_value,
+        registry_conf(settings),
+        _json_schema,
+        settings.schema_registry_retry_budget_s,
+    )
 
 
 def _json_schema(client: Any, is_value: bool) -> tuple[Deserializer, Post]:
@@ -148,12 +173,19 @@ class RegistryDecoder:
     """
 
     def __init__(
-        self, fmt: str, is_value: bool, conf: dict[str, Any], make: DeserializerFactory
+        self,
+        fmt: str,
+        is_value: bool,
+        conf: dict[str, Any],
+        make: DeserializerFactory,
+        retry_budget_s: float = 0.0,
     ) -> None:
         self._fmt = fmt
         self._is_value = is_value
         self._conf = conf
         self._make = make
+        self._budget_s = retry_budget_s
+        """SCHEMA_REGISTRY_RETRY_BUDGET_S: how long a record waits for the registry; 0: ever."""
         self._lock = threading.Lock()
         self._deserializer: Deserializer | None = None
         self._post: Post = None
@@ -169,10 +201,13 @@ class RegistryDecoder:
             "is_value": self._is_value,
             "conf": self._conf,
             "make": self._make,
+            "budget_s": self._budget_s,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["fmt"], state["is_value"], state["conf"], state["make"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["fmt"], state["is_value"], state["conf"], state["make"], state["budget_s"]
+        )
 
     def _start(self) -> Deserializer:
         with self._lock:
@@ -207,7 +242,8 @@ class RegistryDecoder:
         Raises:
             DecodeError: The record is not valid for its schema, or its schema is unknown.
             RegistryUnavailableError: The registry did not answer usefully (not a record
-                error; see flows.decode.common).
+                error; see flows.decode.common) for SCHEMA_REGISTRY_RETRY_BUDGET_S, or the
+                flow is stopping.
         """
         deserializer = self._deserializer or self._start()
         data: bytes = record.value if self._is_value else record.key  # type: ignore[assignment]
@@ -218,13 +254,61 @@ class RegistryDecoder:
         except DecodeError:
             raise
         except Exception as e:
-            raise self._classify(e, data) from None
+            error = self._classify(e, data)
+            if not isinstance(error, RegistryUnavailableError):
+                raise error from None
+            obj = self._wait(deserializer, data, ctx, error)
         post = self._post
         if post is not None:
             obj = post(obj)
         if self._is_value and type(obj) is not dict:
             raise not_object(data, obj, self._fmt)
         return obj
+
+    def _wait(
+        self, deserializer: Deserializer, data: bytes, ctx: Any, error: RegistryUnavailableError
+    ) -> Any:
+        """Decode again until the registry answers (see the module docstring)."""
+        budget = self._budget_s
+        retries = RETRY_BACKOFF.start()
+        logger.warning(
+            "%s; the record waits: decoding is retried for up to %s "
+            "(SCHEMA_REGISTRY_RETRY_BUDGET_S), nothing is dead-lettered for it",
+            error, f"{budget:g}s" if budget else "ever",
+        )  # fmt: skip
+        warned = time.monotonic()
+        while True:
+            if budget and retries.elapsed() > budget:
+                retries.over_budget()  # leaves the status API's list
+                msg = (
+                    f"{error}; still so after {retries.elapsed():.0f}s and {retries.count} "
+                    f"retries (SCHEMA_REGISTRY_RETRY_BUDGET_S={budget:g})"
+                )
+                raise RegistryUnavailableError(msg)
+            if failing.failing() or shutdown.requested():
+                raise RegistryUnavailableError(f"{error}; the flow is stopping: no more retries")
+            retries.sleep(retries.next_delay(), "schema-registry", str(error))
+            try:
+                obj = deserializer(data, ctx)
+            except DecodeError:
+                raise
+            except Exception as e:
+                again = self._classify(e, data)
+                if not isinstance(again, RegistryUnavailableError):
+                    raise again from None
+                error = again
+                if time.monotonic() - warned >= WARN_EVERY_S:
+                    warned = time.monotonic()
+                    logger.warning(
+                        "%s; still retrying after %.0fs (%d retries)",
+                        error, retries.elapsed(), retries.count,
+                    )  # fmt: skip
+                continue
+            logger.warning(
+                "schema registry %s answers again after %.0fs (%d retries): decoding resumes",
+                _redacted(self._conf["url"]), retries.elapsed(), retries.count,
+            )  # fmt: skip
+            return obj
 
     def _classify(self, e: Exception, data: bytes) -> Exception:
         fmt = self._fmt
@@ -235,6 +319,11 @@ class RegistryDecoder:
             text = short(getattr(e, "error_message", "") or "")
             if code in _NOT_FOUND_CODES:
                 return DecodeError(f"{fmt}: {schema_id} not in the registry: {text}")
+            if status == 404 and self._answers():
+                return DecodeError(
+                    f"{fmt}: the registry has no endpoint to fetch {schema_id} (HTTP 404 with "
+                    f"no error code; Apicurio Registry has no schema GUID lookup): {text}"
+                )
             return RegistryUnavailableError(
                 f"schema registry {_redacted(self._conf['url'])} answered HTTP {status} "
                 f"(error code {code}) fetching {schema_id}: {text}"
@@ -248,6 +337,14 @@ class RegistryDecoder:
             f"{fmt}: cannot decode record ({schema_id}): "
             f"{type(e).__name__}: {short(str(e))}; payload starts {snippet(data)}"
         )
+
+    def _answers(self) -> bool:
+        """Whether the registry answers at all (`GET /schemas/types`)."""
+        try:
+            self._client.get_schema_types()
+        except Exception:
+            return False
+        return True
 
 
 def _framed_schema_id(data: bytes) -> str:

@@ -10,6 +10,15 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from tests.schema_registry_stub import SchemaRegistryStub
 
 
+@pytest.fixture(autouse=True)
+def _fast_registry_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record waiting for an unavailable registry retries every few milliseconds."""
+    from flows.decode import registry as decode_registry
+    from sinks.backoff import Backoff
+
+    monkeypatch.setattr(decode_registry, "RETRY_BACKOFF", Backoff(initial_s=0.005, max_s=0.02))
+
+
 @pytest.fixture(scope="module")
 def registry() -> Iterator[SchemaRegistryStub]:
     """A Schema Registry stand-in on 127.0.0.1 (the decoders' converters talk to it)."""

@@ -32,8 +32,12 @@ def key_decoder(fmt: str, **env: str) -> Any:
     return build_decoder(settings(KEY_FORMAT=fmt, **env), "key")
 
 
+FAST_GIVE_UP = {"SCHEMA_REGISTRY_CONFIG_MAX_RETRIES": "0", "SCHEMA_REGISTRY_RETRY_BUDGET_S": "0.05"}
+"""A client that does not retry, and a record that waits 0.05 s for an unavailable registry."""
+
+
 def registry_env(registry: SchemaRegistryStub, **env: str) -> dict[str, str]:
-    return {"SCHEMA_REGISTRY_URL": registry.url, "SCHEMA_REGISTRY_CONFIG_MAX_RETRIES": "0", **env}
+    return {"SCHEMA_REGISTRY_URL": registry.url, **FAST_GIVE_UP, **env}
 
 
 def ctx(field: MessageField = MessageField.VALUE, headers: Any = None) -> SerializationContext:

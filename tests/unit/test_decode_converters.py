@@ -82,6 +82,7 @@ def _fake_settings(fmt: str, url: str | None = "http://127.0.0.1:1") -> Any:
         value_field="message",
         schema_registry_url=url,
         schema_registry_config={},
+        schema_registry_retry_budget_s=300.0,
     )
 
 

@@ -23,6 +23,7 @@ from flows.decode import DecodeError, RegistryUnavailableError
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.schema_registry_stub import SchemaRegistryStub
 from tests.unit.decode_support import (
+    FAST_GIVE_UP,
     ctx,
     key_decoder,
     rec,
@@ -237,14 +238,57 @@ def test_protobuf_fetches_serialized_schemas_once(
         decode(rec(raw))
     made = registry.requests[before:]
     # The writer schema by id, then its references (common, then the currency it imports),
-    # all in serialized form, once each: then everything comes from the caches.
+    # once each, as registered (serialized): then everything comes from the caches.
     order_id = int.from_bytes(orders[0][1:5], "big")
     assert [m for m, _ in made] == ["GET"] * 3, made
-    assert made[0][1] == f"/schemas/ids/{order_id}?format=serialized"
+    assert made[0][1] == f"/schemas/ids/{order_id}"
     assert made[1][1].startswith("/subjects/shop%2Fcommon.proto/versions/1?")
     assert made[2][1].startswith("/subjects/shop%2Fcurrency.proto/versions/1?")
-    assert all("format=serialized" in path for _, path in made)
+    assert not any("format=" in path for _, path in made)
     assert registry.unhandled[unhandled:] == []
+
+
+@pytest.mark.parametrize("registry_kind", ["confluent", "apicurio"])
+def test_protobuf_schemas_come_serialized_from_either_registry(registry_kind: str) -> None:
+    """Confluent's registry answers `.proto` text unless asked for `format=serialized`;
+    Apicurio's answers a schema registered serialized as registered, and `format=serialized`
+    with an HTTP 500."""
+    with SchemaRegistryStub() as stub:
+        own = SchemaRegistryClient({"url": stub.url})
+        order = pb_serialize(own, full_order())
+        if registry_kind == "confluent":
+            stub.protobuf_as_text = True
+        else:
+            stub.serialized_status = 500
+        decode = value_decoder("protobuf", **registry_env(stub))
+        before = len(stub.requests)
+        assert decode(rec(order)) == FULL_ORDER
+        paths = [path for _, path in stub.requests[before:]]
+    order_id = int.from_bytes(order[1:5], "big")
+    if registry_kind == "confluent":  # each file twice: as text, then serialized
+        assert len(paths) == 6 and paths[:2] == [
+            f"/schemas/ids/{order_id}",
+            f"/schemas/ids/{order_id}?format=serialized",
+        ]
+        assert ["format=serialized" in path for path in paths] == [False, True] * 3
+    else:  # each file once, as registered
+        assert len(paths) == 3 and not any("format=" in path for path in paths)
+
+
+def test_protobuf_garbled_serialized_form_is_a_record_error(
+    registry: SchemaRegistryStub, client: SchemaRegistryClient
+) -> None:
+    """Apicurio answers `format=serialized` for a schema registered as `.proto` text with the
+    descriptor's bytes as text, not base64: its records are dead letters that say so."""
+    payload = pb_serialize(client, PB["Refund"](order_id=3), **{"auto.register.schemas": True})
+    stored = registry._schema(int.from_bytes(payload[1:5], "big"))
+    stored.schema, before = "\n\x06Refund\ufffd", stored.schema
+    try:
+        decode = value_decoder("protobuf", **registry_env(registry))
+        with pytest.raises(DecodeError, match=r"not base64 \(Apicurio"):
+            decode(rec(payload))
+    finally:
+        stored.schema = before
 
 
 def test_protobuf_message_indexes(
@@ -345,9 +389,7 @@ def test_protobuf_registry_down_is_not_a_record_error(client: SchemaRegistryClie
         stub.fail_status = None  # failures are not cached: it works once the registry does
         assert decode(rec(payload)) == {"order_id": 5, "reason": ""}
         url = stub.url
-    decode = value_decoder(
-        "protobuf", SCHEMA_REGISTRY_URL=url, SCHEMA_REGISTRY_CONFIG_MAX_RETRIES="0"
-    )
+    decode = value_decoder("protobuf", SCHEMA_REGISTRY_URL=url, **FAST_GIVE_UP)
     with pytest.raises(RegistryUnavailableError, match="unreachable") as info:
         decode(rec(payload))
     assert not isinstance(info.value, DecodeError)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import logging
 import pickle
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from flows.errors import ConfigError
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.schema_registry_stub import SchemaRegistryStub
 from tests.unit.decode_support import (
+    FAST_GIVE_UP,
     ctx,
     key_decoder,
     rec,
@@ -271,7 +275,7 @@ def test_registry_down_is_not_a_record_error(client: SchemaRegistryClient) -> No
     stub = SchemaRegistryStub().start()
     url = stub.url
     stub.stop()  # nothing listens there any more
-    decode = value_decoder("avro", SCHEMA_REGISTRY_URL=url, SCHEMA_REGISTRY_CONFIG_MAX_RETRIES="0")
+    decode = value_decoder("avro", SCHEMA_REGISTRY_URL=url, **FAST_GIVE_UP)
     with pytest.raises(RegistryUnavailableError, match="unreachable") as info:
         decode(rec(payload))
     assert not isinstance(info.value, DecodeError)
@@ -299,3 +303,72 @@ def test_registry_url_without_registry_is_not_a_record_error(
     )
     with pytest.raises(RegistryUnavailableError, match="HTTP 404"):
         decode(rec(payload))
+
+
+def test_a_record_waits_for_the_registry_and_is_decoded_once_it_is_back(
+    client: SchemaRegistryClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An outage is no record error: the record's decoding is retried until the registry
+    answers, and nothing is raised (so nothing is dead-lettered)."""
+    payload = AvroSerializer(client, ORDER_SCHEMA)(ORDER, ctx())
+    with SchemaRegistryStub() as stub:
+        own = SchemaRegistryClient({"url": stub.url})
+        payload = AvroSerializer(own, ORDER_SCHEMA)(ORDER, ctx())
+        stub.fail_status = 503
+        decode = value_decoder("avro", **registry_env(stub, SCHEMA_REGISTRY_RETRY_BUDGET_S="30"))
+        back = threading.Timer(0.3, setattr, (stub, "fail_status", None))
+        back.start()
+        caplog.set_level(logging.WARNING, "flows.decode.registry")
+        t0 = time.monotonic()
+        assert decode(rec(payload))["id"] == ORDER["id"]
+        back.join()
+    assert 0.3 <= time.monotonic() - t0 < 10
+    first, *_, last = [r.getMessage() for r in caplog.records]
+    assert "answered HTTP 503" in first and "the record waits" in first
+    assert "SCHEMA_REGISTRY_RETRY_BUDGET_S" in first and "up to 30s" in first
+    assert "answers again after" in last and "decoding resumes" in last
+
+
+def test_past_its_budget_the_wait_stops_the_flow(client: SchemaRegistryClient) -> None:
+    payload = AvroSerializer(client, ORDER_SCHEMA)(ORDER, ctx())
+    with SchemaRegistryStub() as stub:
+        stub.fail_status = 503
+        decode = value_decoder("avro", **registry_env(stub, SCHEMA_REGISTRY_RETRY_BUDGET_S="0.2"))
+        t0 = time.monotonic()
+        with pytest.raises(RegistryUnavailableError, match=r"BUDGET_S=0.2\)") as info:
+            decode(rec(payload))
+        assert "HTTP 503" in str(info.value) and "retries" in str(info.value)
+        assert 0.2 <= time.monotonic() - t0 < 5
+        assert len(stub.requests) > 2  # tried again and again
+
+
+def test_a_stopping_flow_stops_the_wait(client: SchemaRegistryClient) -> None:
+    from sinks import failing
+
+    payload = AvroSerializer(client, ORDER_SCHEMA)(ORDER, ctx())
+    with SchemaRegistryStub() as stub:
+        stub.fail_status = 503
+        decode = value_decoder("avro", **registry_env(stub, SCHEMA_REGISTRY_RETRY_BUDGET_S="0"))
+        failing.mark()
+        try:
+            with pytest.raises(RegistryUnavailableError, match="the flow is stopping"):
+                decode(rec(payload))
+        finally:
+            failing.clear()
+
+
+def test_a_registry_without_guid_lookup_makes_guid_records_bad_records(
+    registry: SchemaRegistryStub,
+) -> None:
+    """Apicurio Registry answers GET /schemas/guids/... with a bare 404; it answers the
+    rest, so a record framed by a schema GUID is a bad record, not an outage."""
+    guid = uuid.UUID("293f6a92-bb8a-ffeb-8099-1941c8483c23")
+    payload = b"\x01" + guid.bytes + b"\x02"
+    registry.missing = ("/schemas/guids/",)
+    try:
+        decode = value_decoder("avro", **registry_env(registry))
+        with pytest.raises(DecodeError, match="no endpoint to fetch schema guid 293f6a92") as info:
+            decode(rec(payload))
+        assert not isinstance(info.value, RegistryUnavailableError)
+    finally:
+        registry.missing = ()
