@@ -1,6 +1,6 @@
-"""Shared fixtures. Integration fixtures talk to the real Kafka broker and Elasticsearch node
-that scripts/test starts (ES_SINK_TEST_KAFKA, ES_SINK_TEST_ES); if those do not answer, the
-tests fail, they are never skipped.
+"""Shared fixtures. Integration fixtures talk to the real Kafka broker, Elasticsearch node and
+Schema Registry that scripts/test starts (ES_SINK_TEST_KAFKA, ES_SINK_TEST_ES,
+ES_SINK_TEST_REGISTRY); if those do not answer, the tests fail, they are never skipped.
 """
 
 from __future__ import annotations
@@ -9,11 +9,13 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -36,6 +38,10 @@ __all__ = [
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA = os.environ.get("ES_SINK_TEST_KAFKA", "127.0.0.1:19092")
 ES_URL = os.environ.get("ES_SINK_TEST_ES", "http://127.0.0.1:19200")
+# The registry's address; its Confluent-compatible API is under CCOMPAT_PATH there, unless
+# the variable names a path of its own (a Confluent Schema Registry's is the root).
+REGISTRY = os.environ.get("ES_SINK_TEST_REGISTRY", "http://127.0.0.1:19081")
+CCOMPAT_PATH = "/apis/ccompat/v7"
 
 
 def numbered(start: int, n: int) -> list[Message]:
@@ -128,6 +134,41 @@ def services() -> Services:
             f"Elasticsearch at {ES_URL} does not answer ({e}); run the tests with scripts/test"
         )
     return Services(KAFKA, ES_URL)
+
+
+@dataclass
+class Registry:
+    """The suite's Schema Registry (scripts/stack's Apicurio Registry)."""
+
+    url: str
+    """Its Confluent-compatible API: what SCHEMA_REGISTRY_URL is set to."""
+
+    def client(self) -> Any:
+        """A confluent-kafka `SchemaRegistryClient` of it."""
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        return SchemaRegistryClient({"url": self.url})
+
+
+def registry_api(address: str) -> str:
+    """The Confluent-compatible API of a registry at `address` (kept if it has a path)."""
+    address = address.rstrip("/")
+    return address if urlsplit(address).path else address + CCOMPAT_PATH
+
+
+@pytest.fixture(scope="session")
+def registry(services: Services) -> Registry:
+    """The suite's Schema Registry; the test fails if it does not answer."""
+    url = registry_api(REGISTRY)
+    try:
+        with urllib.request.urlopen(f"{url}/subjects", timeout=20) as r:
+            r.read()
+    except OSError as e:
+        pytest.fail(
+            f"the Schema Registry at {url} does not answer ({e}); run the tests with "
+            "scripts/test, or start one with `scripts/stack up registry`"
+        )
+    return Registry(url)
 
 
 @pytest.fixture

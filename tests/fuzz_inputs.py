@@ -87,6 +87,7 @@ is known to get wrong (that module's xfail tests), so that one bug cannot hide t
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -654,8 +655,10 @@ def avro_cases(
             value = b"\x00" + sid.to_bytes(4, "big") + bytes(rng.randrange(256) for _ in range(8))
             reason = f"schema id {sid}"
         elif r == 1:
-            value = b"\x01" + rng.randbytes(16) + b"\x02\x04"
-            reason = "not in the registry"
+            guid = rng.randbytes(16)
+            value = b"\x01" + guid + b"\x02\x04"
+            # "not in the registry", or that it has no GUID lookup (Apicurio Registry)
+            reason = f"schema guid {uuid.UUID(bytes=guid)}"
         elif r == 2:
             magic = rng.choice([2, 3, 0x7B, 0xFF])  # 0x7B: '{', plain JSON sent by mistake
             value = bytes([magic]) + rng.randbytes(rng.randint(4, 30))

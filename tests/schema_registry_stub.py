@@ -1,8 +1,10 @@
-"""A stand-in for the Confluent Schema Registry, for tests only.
+"""A stand-in for the Confluent Schema Registry, for the unit tier and the bench only.
 
-The real Confluent Schema Registry (a Java service) cannot run here: it is published neither
-on Maven Central nor on PyPI. This module serves just enough of its REST API, in memory, for
-confluent-kafka's `SchemaRegistryClient`, serializers and deserializers to work against it:
+The integration tier runs against a real registry (Apicurio Registry's Confluent-compatible
+API, `scripts/stack up registry`); the unit tier reaches no service, so this module serves
+just enough of the REST API, in process and in memory, for confluent-kafka's
+`SchemaRegistryClient`, serializers and deserializers to work against it, and plays the
+answers of outages and of both registries that the decoders must handle:
 
 - `POST /subjects/{subject}/versions` register: `{"id": n, "guid": g}`; the same schema
   (text, type and references) always gets the same id, in any subject. Each reference

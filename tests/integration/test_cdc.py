@@ -225,43 +225,38 @@ AVRO_KEY = {
 }
 
 
-def test_debezium_avro_through_the_schema_registry(services, es, names, tmp_path):
-    from confluent_kafka.schema_registry import SchemaRegistryClient
+def test_debezium_avro_through_the_schema_registry(services, es, names, tmp_path, registry):
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
-
-    from tests.schema_registry_stub import SchemaRegistryStub
 
     topic = names("cdc-avro")
     create_topic(services.kafka, topic)
     table = Table("orders")
-    with SchemaRegistryStub() as registry:
-        client = SchemaRegistryClient({"url": registry.url})
-        value_ser = AvroSerializer(client, json.dumps(AVRO_ENVELOPE))
-        key_ser = AvroSerializer(client, json.dumps(AVRO_KEY))
-        vctx = SerializationContext(topic, MessageField.VALUE)
-        kctx = SerializationContext(topic, MessageField.KEY)
-        msgs: list[tuple[bytes, bytes | None]] = []
-        for op, row in OPS:
-            full = {**table.rows.get((row["id"],), {}), **row}
-            before, after = table.apply(op, full)
-            key = key_ser({"id": row["id"]}, kctx)
-            msgs.append((key, value_ser(table.envelope(op, before, after), vctx)))
-            if op == "d":
-                msgs.append((key, None))
-        produce(services.kafka, topic, msgs)
-        config = tmp_path / "cdc.yaml"
-        config.write_text("transforms:\n  - {type: debezium, fields: [source.ts_ms]}\n")
-        env = {
-            "KAFKA_TOPICS": topic,
-            "KAFKA_GROUP_ID": topic,
-            "VALUE_FORMAT": "avro",
-            "KEY_FORMAT": "avro",
-            "SCHEMA_REGISTRY_URL": registry.url,
-            "ES_SINK_CONFIG": str(config),
-        }
-        run = run_flow(services, env)
-        assert registry.unhandled == []
+    client = registry.client()
+    value_ser = AvroSerializer(client, json.dumps(AVRO_ENVELOPE))
+    key_ser = AvroSerializer(client, json.dumps(AVRO_KEY))
+    vctx = SerializationContext(topic, MessageField.VALUE)
+    kctx = SerializationContext(topic, MessageField.KEY)
+    msgs: list[tuple[bytes, bytes | None]] = []
+    for op, row in OPS:
+        full = {**table.rows.get((row["id"],), {}), **row}
+        before, after = table.apply(op, full)
+        key = key_ser({"id": row["id"]}, kctx)
+        msgs.append((key, value_ser(table.envelope(op, before, after), vctx)))
+        if op == "d":
+            msgs.append((key, None))
+    produce(services.kafka, topic, msgs)
+    config = tmp_path / "cdc.yaml"
+    config.write_text("transforms:\n  - {type: debezium, fields: [source.ts_ms]}\n")
+    env = {
+        "KAFKA_TOPICS": topic,
+        "KAFKA_GROUP_ID": topic,
+        "VALUE_FORMAT": "avro",
+        "KEY_FORMAT": "avro",
+        "SCHEMA_REGISTRY_URL": registry.url,
+        "ES_SINK_CONFIG": str(config),
+    }
+    run = run_flow(services, env)
     assert run.returncode == 0, run.output
     docs = search_all(es, topic)
     assert {i: {k: v for k, v in d.items() if k != "__source_ts_ms"} for i, d in docs.items()} == {

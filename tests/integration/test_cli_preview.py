@@ -73,12 +73,9 @@ def test_preview_of_a_transform_chain_writes_and_commits_nothing(
     assert not es.indices.exists(index=f"{topic}-docs")
 
 
-def test_preview_of_avro_values(services, names) -> None:
-    from confluent_kafka.schema_registry import SchemaRegistryClient
+def test_preview_of_avro_values(services, names, registry) -> None:
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
-
-    from tests.schema_registry_stub import SchemaRegistryStub
 
     topic = names("pv-avro")
     create_topic(services.kafka, topic)
@@ -89,17 +86,15 @@ def test_preview_of_avro_values(services, names) -> None:
             "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}],
         }
     )
-    with SchemaRegistryStub() as registry:
-        ser = AvroSerializer(SchemaRegistryClient({"url": registry.url}), schema)
-        ctx = SerializationContext(topic, MessageField.VALUE)
-        produce(services.kafka, topic, [(b"o-7", ser({"id": 7, "name": "widget"}, ctx))])
-        env = {
-            "KAFKA_TOPICS": topic,
-            "VALUE_FORMAT": "avro",
-            "SCHEMA_REGISTRY_URL": registry.url,
-        }
-        run = run_cli(services, env, "preview", "--json")
-        assert registry.unhandled == []
+    ser = AvroSerializer(registry.client(), schema)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    produce(services.kafka, topic, [(b"o-7", ser({"id": 7, "name": "widget"}, ctx))])
+    env = {
+        "KAFKA_TOPICS": topic,
+        "VALUE_FORMAT": "avro",
+        "SCHEMA_REGISTRY_URL": registry.url,
+    }
+    run = run_cli(services, env, "preview", "--json")
     assert run.exit_code == 0, run.stdout + run.stderr
     (record,) = run.json()["records"]
     assert (record["action"], record["index"], record["id"]) == ("index", topic, "o-7")

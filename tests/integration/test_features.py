@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from tests.conftest import (
+    CCOMPAT_PATH,
     committed_offsets,
     consume_all,
     count_docs,
@@ -238,63 +239,58 @@ JSON_SCHEMA = json.dumps(
 )
 
 
-def test_avro_values_and_keys_via_schema_registry(services, es, names):
+def test_avro_values_and_keys_via_schema_registry(services, es, names, registry):
     import datetime as dt
     from decimal import Decimal
     from uuid import UUID
 
-    from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from tests.schema_registry_stub import SchemaRegistryStub
-
     topic = _topic(services, names, "avro")
     dlq = _topic(services, names, "avro-dlq")
-    with SchemaRegistryStub() as registry:
-        client = SchemaRegistryClient({"url": registry.url})
-        value_ser = AvroSerializer(client, AVRO_SCHEMA)
-        key_ser = AvroSerializer(client, '"string"')
-        vctx = SerializationContext(topic, MessageField.VALUE)
-        kctx = SerializationContext(topic, MessageField.KEY)
-        order = {
-            "id": 7,
-            "name": "widget",
-            "ratio": 0.25,
-            "ok": True,
-            "note": None,
-            "tags": ["a", "b"],
-            "attrs": {"x": 1},
-            "raw": b"\x00\x01\xff",
-            "color": "BLUE",
-            "price": Decimal("12.30"),
-            "day": dt.date(2024, 5, 1),
-            "at": dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.UTC),
-            "uid": UUID("12345678-1234-5678-1234-567812345678"),
-            "child": {"x": 3},
-        }
-        second = {**order, "id": 8, "note": "hi", "tags": [], "attrs": {}}
-        unknown_id = b"\x00" + (9999).to_bytes(4, "big") + b"\x02"
-        produce(
-            services.kafka,
-            topic,
-            [
-                (key_ser("o-7", kctx), value_ser(order, vctx)),
-                (key_ser("o-8", kctx), value_ser(second, vctx)),
-                (key_ser("o-9", kctx), unknown_id),  # schema id unknown: a bad record
-            ],
-        )
-        env = {
-            "KAFKA_TOPICS": topic,
-            "KAFKA_GROUP_ID": topic,
-            "VALUE_FORMAT": "avro",
-            "KEY_FORMAT": "avro",
-            "SCHEMA_REGISTRY_URL": registry.url,
-            "ERRORS_TOLERANCE": "all",
-            "DLQ_TOPIC": dlq,
-        }
-        run = run_flow(services, env)
-        assert registry.unhandled == []
+    client = registry.client()
+    value_ser = AvroSerializer(client, AVRO_SCHEMA)
+    key_ser = AvroSerializer(client, '"string"')
+    vctx = SerializationContext(topic, MessageField.VALUE)
+    kctx = SerializationContext(topic, MessageField.KEY)
+    order = {
+        "id": 7,
+        "name": "widget",
+        "ratio": 0.25,
+        "ok": True,
+        "note": None,
+        "tags": ["a", "b"],
+        "attrs": {"x": 1},
+        "raw": b"\x00\x01\xff",
+        "color": "BLUE",
+        "price": Decimal("12.30"),
+        "day": dt.date(2024, 5, 1),
+        "at": dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.UTC),
+        "uid": UUID("12345678-1234-5678-1234-567812345678"),
+        "child": {"x": 3},
+    }
+    second = {**order, "id": 8, "note": "hi", "tags": [], "attrs": {}}
+    unknown_id = b"\x00" + (9999).to_bytes(4, "big") + b"\x02"
+    produce(
+        services.kafka,
+        topic,
+        [
+            (key_ser("o-7", kctx), value_ser(order, vctx)),
+            (key_ser("o-8", kctx), value_ser(second, vctx)),
+            (key_ser("o-9", kctx), unknown_id),  # schema id unknown: a bad record
+        ],
+    )
+    env = {
+        "KAFKA_TOPICS": topic,
+        "KAFKA_GROUP_ID": topic,
+        "VALUE_FORMAT": "avro",
+        "KEY_FORMAT": "avro",
+        "SCHEMA_REGISTRY_URL": registry.url,
+        "ERRORS_TOLERANCE": "all",
+        "DLQ_TOPIC": dlq,
+    }
+    run = run_flow(services, env)
     assert run.returncode == 0, run.output
 
     expected = {
@@ -325,39 +321,34 @@ def test_avro_values_and_keys_via_schema_registry(services, es, names):
     assert committed_offsets(services.kafka, topic, topic) == {0: 3}
 
 
-def test_json_schema_values_via_schema_registry(services, es, names):
-    from confluent_kafka.schema_registry import SchemaRegistryClient
+def test_json_schema_values_via_schema_registry(services, es, names, registry):
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from tests.schema_registry_stub import SchemaRegistryStub
-
     topic = _topic(services, names, "jsch")
     dlq = _topic(services, names, "jsch-dlq")
-    with SchemaRegistryStub() as registry:
-        client = SchemaRegistryClient({"url": registry.url})
-        ser = JSONSerializer(JSON_SCHEMA, client)
-        ctx = SerializationContext(topic, MessageField.VALUE)
-        one = {"id": 1, "name": "a", "tags": ["x"], "nested": {"deep": {"v": 1.5}}}
-        two = {"id": 2, "name": "b \u2603"}
-        framed_one = ser(one, ctx)
-        # Same framing (magic byte + the registered id), but the payload breaks the schema.
-        invalid = framed_one[:5] + orjson.dumps({"id": "not an integer"})
-        produce(
-            services.kafka,
-            topic,
-            [(b"j1", framed_one), (b"j2", ser(two, ctx)), (b"j3", invalid)],
-        )
-        env = {
-            "KAFKA_TOPICS": topic,
-            "KAFKA_GROUP_ID": topic,
-            "VALUE_FORMAT": "json-schema",
-            "SCHEMA_REGISTRY_URL": registry.url,
-            "ERRORS_TOLERANCE": "all",
-            "DLQ_TOPIC": dlq,
-        }
-        run = run_flow(services, env)
-        assert registry.unhandled == []
+    client = registry.client()
+    ser = JSONSerializer(JSON_SCHEMA, client)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    one = {"id": 1, "name": "a", "tags": ["x"], "nested": {"deep": {"v": 1.5}}}
+    two = {"id": 2, "name": "b \u2603"}
+    framed_one = ser(one, ctx)
+    # Same framing (magic byte + the registered id), but the payload breaks the schema.
+    invalid = framed_one[:5] + orjson.dumps({"id": "not an integer"})
+    produce(
+        services.kafka,
+        topic,
+        [(b"j1", framed_one), (b"j2", ser(two, ctx)), (b"j3", invalid)],
+    )
+    env = {
+        "KAFKA_TOPICS": topic,
+        "KAFKA_GROUP_ID": topic,
+        "VALUE_FORMAT": "json-schema",
+        "SCHEMA_REGISTRY_URL": registry.url,
+        "ERRORS_TOLERANCE": "all",
+        "DLQ_TOPIC": dlq,
+    }
+    run = run_flow(services, env)
     assert run.returncode == 0, run.output
 
     assert search_all(es, topic) == {"j1": one, "j2": two}
@@ -367,32 +358,37 @@ def test_json_schema_values_via_schema_registry(services, es, names):
     assert dead["ctx"]["exception.class.name"] == "flows.decode.DecodeError"
 
 
-def test_schema_registry_outage_stops_the_flow_instead_of_dead_lettering(services, es, names):
-    from confluent_kafka.schema_registry import SchemaRegistryClient
+def test_schema_registry_outage_stops_the_flow_instead_of_dead_lettering(
+    services, es, names, registry
+):
+    """A registry that stays away past SCHEMA_REGISTRY_RETRY_BUDGET_S stops the flow: the
+    record waited for it, and is neither dead-lettered nor committed."""
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from tests.schema_registry_stub import SchemaRegistryStub
+    from chaos.flow import free_ports
 
     topic = _topic(services, names, "sr-down")
     dlq = _topic(services, names, "sr-down-dlq")
-    with SchemaRegistryStub() as registry:
-        ser = AvroSerializer(SchemaRegistryClient({"url": registry.url}), '"string"')
-        ctx = SerializationContext(topic, MessageField.VALUE)
-        produce(services.kafka, topic, [(b"k", ser("a string is not an object", ctx))])
-        registry.fail_status = 503
-        env = {
-            "KAFKA_TOPICS": topic,
-            "KAFKA_GROUP_ID": topic,
-            "VALUE_FORMAT": "avro",
-            "SCHEMA_REGISTRY_URL": registry.url,
-            "SCHEMA_REGISTRY_CONFIG_MAX_RETRIES": "0",
-            "ERRORS_TOLERANCE": "all",
-            "DLQ_TOPIC": dlq,
-        }
-        run = run_flow(services, env)
+    ser = AvroSerializer(registry.client(), '"string"')
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    produce(services.kafka, topic, [(b"k", ser("a string is not an object", ctx))])
+    (closed,) = free_ports(1)  # no registry there: every fetch is refused
+    env = {
+        "KAFKA_TOPICS": topic,
+        "KAFKA_GROUP_ID": topic,
+        "VALUE_FORMAT": "avro",
+        "SCHEMA_REGISTRY_URL": f"http://127.0.0.1:{closed}{CCOMPAT_PATH}",
+        "SCHEMA_REGISTRY_CONFIG_MAX_RETRIES": "0",
+        "SCHEMA_REGISTRY_RETRY_BUDGET_S": "2",
+        "ERRORS_TOLERANCE": "all",
+        "DLQ_TOPIC": dlq,
+    }
+    run = run_flow(services, env)
     assert run.returncode > 0, run.output
-    assert "503" in run.output
+    assert f"schema registry http://127.0.0.1:{closed}{CCOMPAT_PATH} unreachable" in run.output
+    assert "the record waits: decoding is retried for up to 2s" in run.output
+    assert "(SCHEMA_REGISTRY_RETRY_BUDGET_S=2)" in run.output
     assert _dead_letters(services.kafka, dlq) == []  # the record is fine; the registry is not
     assert committed_offsets(services.kafka, topic, topic)[0] in (-1001, 0)
 
@@ -1085,57 +1081,50 @@ def _protobuf_event_types() -> dict[str, type]:
     }
 
 
-def test_protobuf_values_and_keys_via_schema_registry(services, es, names):
-    from confluent_kafka.schema_registry import SchemaRegistryClient
+def test_protobuf_values_and_keys_via_schema_registry(services, es, names, registry):
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
-
-    from tests.schema_registry_stub import SchemaRegistryStub
 
     types = _protobuf_event_types()
     Event, Key = types["Event"], types["Key"]
     topic = _topic(services, names, "proto")
     dlq = _topic(services, names, "proto-dlq")
-    with SchemaRegistryStub() as registry:
-        client = SchemaRegistryClient({"url": registry.url})
-        value_ser = ProtobufSerializer(Event, client)
-        key_ser = ProtobufSerializer(Key, client)
-        vctx = SerializationContext(topic, MessageField.VALUE)
-        kctx = SerializationContext(topic, MessageField.KEY)
+    client = registry.client()
+    value_ser = ProtobufSerializer(Event, client)
+    key_ser = ProtobufSerializer(Key, client)
+    vctx = SerializationContext(topic, MessageField.VALUE)
+    kctx = SerializationContext(topic, MessageField.KEY)
 
-        first = Event(id=2**53 + 1, name="click \u2603", tags=["a", "b"], kind=1, raw=b"\x00\xff")
-        first.inner.score = 0.5
-        first.inner.labels.extend(["x"])
-        first.at.seconds = 1_714_564_800
-        first.big = 2**63 - 1
-        second = Event(id=-2, kind=2)  # the rest unset: defaults, no inner, no at
-        good = value_ser(first, vctx)
-        unknown_id = b"\x00" + (9999).to_bytes(4, "big") + good[5:]
-        truncated = good[:-3]
-        produce(
-            services.kafka,
-            topic,
-            [
-                (key_ser(Key(id="e1"), kctx), good),
-                (key_ser(Key(id="e2"), kctx), value_ser(second, vctx)),
-                (key_ser(Key(id="e3"), kctx), unknown_id),  # schema id unknown: dead letter
-                (key_ser(Key(id="e4"), kctx), truncated),  # cut inside a field: dead letter
-            ],
-        )
-        env = {
-            "KAFKA_TOPICS": topic,
-            "KAFKA_GROUP_ID": topic,
-            "VALUE_FORMAT": "protobuf",
-            "KEY_FORMAT": "protobuf",
-            "SCHEMA_REGISTRY_URL": registry.url,
-            "ERRORS_TOLERANCE": "all",
-            "DLQ_TOPIC": dlq,
-        }
-        run = run_flow(services, env)
-        assert registry.unhandled == []
-        fetched = [path for method, path in registry.requests if path.startswith("/schemas/ids/")]
+    first = Event(id=2**53 + 1, name="click \u2603", tags=["a", "b"], kind=1, raw=b"\x00\xff")
+    first.inner.score = 0.5
+    first.inner.labels.extend(["x"])
+    first.at.seconds = 1_714_564_800
+    first.big = 2**63 - 1
+    second = Event(id=-2, kind=2)  # the rest unset: defaults, no inner, no at
+    good = value_ser(first, vctx)
+    unknown_id = b"\x00" + (9999).to_bytes(4, "big") + good[5:]
+    truncated = good[:-3]
+    produce(
+        services.kafka,
+        topic,
+        [
+            (key_ser(Key(id="e1"), kctx), good),
+            (key_ser(Key(id="e2"), kctx), value_ser(second, vctx)),
+            (key_ser(Key(id="e3"), kctx), unknown_id),  # schema id unknown: dead letter
+            (key_ser(Key(id="e4"), kctx), truncated),  # cut inside a field: dead letter
+        ],
+    )
+    env = {
+        "KAFKA_TOPICS": topic,
+        "KAFKA_GROUP_ID": topic,
+        "VALUE_FORMAT": "protobuf",
+        "KEY_FORMAT": "protobuf",
+        "SCHEMA_REGISTRY_URL": registry.url,
+        "ERRORS_TOLERANCE": "all",
+        "DLQ_TOPIC": dlq,
+    }
+    run = run_flow(services, env)
     assert run.returncode == 0, run.output
-    assert fetched and all("format=serialized" in path for path in fetched), fetched
 
     # Document ids: the decoded key (an object) as compact JSON.
     assert search_all(es, topic) == {

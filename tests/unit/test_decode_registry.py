@@ -1,7 +1,8 @@
 """flows.decode.registry and flows.decode.avro: avro and json-schema through the Schema Registry.
 
-They run against tests/schema_registry_stub.py (a stand-in: the real registry cannot
-run here), with payloads made by confluent-kafka's own serializers.
+They run against tests/schema_registry_stub.py (an in-process stand-in: the unit tier
+reaches no service), with payloads made by confluent-kafka's own serializers; the
+integration tier runs the formats against a real registry (scripts/stack's).
 """
 
 from __future__ import annotations
