@@ -1,7 +1,9 @@
 """The README's demo: fresh topic, a few thousand events, the flow to the end, a report.
 
-python -m demo.run [--count 5000]   (scripts/demo sets up the venv and services first)
-Kafka and Elasticsearch: KAFKA_BOOTSTRAP_SERVERS and ES_HOSTS, else the stack's ports.
+python -m demo.run [--count 5000] [--format json|avro]   (scripts/demo sets up the venv and
+services first). Kafka and Elasticsearch: KAFKA_BOOTSTRAP_SERVERS and ES_HOSTS, else the
+stack's ports; with `--format avro` the Schema Registry too: SCHEMA_REGISTRY_URL, else the
+stack's (demo.avro).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import orjson
 from confluent_kafka.admin import AdminClient
 from elasticsearch import Elasticsearch
 
+from demo.avro import as_avro, registry_url
 from demo.generator import ensure_topic, events, produce
 
 
@@ -52,36 +55,50 @@ def addresses(env: Mapping[str, str]) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="run the es_sink demo end to end")
     parser.add_argument("--count", type=int, default=5000)
-    parser.add_argument("--topic", default="demo-events")
+    parser.add_argument("--topic", help="default: demo-events, or demo-events-avro")
+    parser.add_argument(
+        "--format", choices=("json", "avro"), default="json", help="the events' encoding"
+    )
     args = parser.parse_args(argv)
+    avro = args.format == "avro"
+    topic = args.topic or ("demo-events-avro" if avro else "demo-events")
     bootstrap, es_url = addresses(os.environ)
     print(f"demo: Kafka at {bootstrap}, Elasticsearch at {es_url}", flush=True)
     es = Elasticsearch(es_url)
-    es.options(ignore_status=404).indices.delete(index=args.topic)
-    reset_topic(bootstrap, args.topic, 3)
-    produced = produce(bootstrap, args.topic, events(args.count))
-    print(f"demo: produced {produced} events to topic {args.topic}", flush=True)
+    es.options(ignore_status=404).indices.delete(index=topic)
+    reset_topic(bootstrap, topic, 3)
+    pairs = events(args.count)
+    fmt_env: dict[str, str] = {}
+    if avro:
+        url = registry_url(os.environ)
+        print(f"demo: Avro events, their schema in the Schema Registry at {url}", flush=True)
+        pairs = as_avro(pairs, url, topic)
+        fmt_env = {"VALUE_FORMAT": "avro", "SCHEMA_REGISTRY_URL": url}
+    produced = produce(bootstrap, topic, pairs)
+    print(f"demo: produced {produced} events to topic {topic}", flush=True)
 
     env = {
         **os.environ,
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-        "KAFKA_TOPICS": args.topic,
+        "KAFKA_TOPICS": topic,
         "KAFKA_GROUP_ID": f"demo-{int(time.time())}",
         "ES_HOSTS": es_url,
         "KAFKA_STOP_AT_END": "true",
+        **fmt_env,
     }
     cmd = [sys.executable, "-m", "bytewax.run", "flows.es_sink", "-s", "1"]
-    print(f"demo: running {' '.join(cmd[1:])} (KAFKA_TOPICS={args.topic}, KAFKA_STOP_AT_END=true)")
+    shown = " ".join(f"{k}={v}" for k, v in (("KAFKA_TOPICS", topic), *fmt_env.items()))
+    print(f"demo: running {' '.join(cmd[1:])} ({shown}, KAFKA_STOP_AT_END=true)")
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env=env, check=False)
     elapsed = time.monotonic() - t0
     if proc.returncode != 0:
         print(f"demo: the flow exited with status {proc.returncode}", file=sys.stderr)
         return 1
-    es.indices.refresh(index=args.topic)
-    indexed = es.count(index=args.topic)["count"]
-    sample = es.search(index=args.topic, size=1, sort=[{"ts": "desc"}])["hits"]["hits"][0]
-    print(f"demo: produced={produced} indexed={indexed} in {elapsed:.1f}s (index {args.topic})")
+    es.indices.refresh(index=topic)
+    indexed = es.count(index=topic)["count"]
+    sample = es.search(index=topic, size=1, sort=[{"ts": "desc"}])["hits"]["hits"][0]
+    print(f"demo: produced={produced} indexed={indexed} in {elapsed:.1f}s (index {topic})")
     print(f"demo: sample document _id={sample['_id']}:")
     print(orjson.dumps(sample["_source"], option=orjson.OPT_INDENT_2).decode())
     if indexed != produced:

@@ -1,6 +1,7 @@
 """The registry formats against the suite's real Schema Registry (Apicurio Registry's
 Confluent-compatible API): schema references, the producers' subject name strategies, a
-schema evolved while the flow runs, and `es-sink check` reaching the registry.
+schema evolved while the flow runs, `es-sink check` reaching the registry, and the Avro
+demo end to end.
 
 Subjects and record names carry the test's unique topic name, so tests on other workers
 never share one.
@@ -9,12 +10,16 @@ never share one.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
 from tests.conftest import (
+    ROOT,
     committed_offsets,
     consume_all,
     count_docs,
@@ -248,3 +253,26 @@ def test_check_reaches_the_registry(services, names, registry):
     run = run_cli(services, gone, "check", "--json")
     assert run.exit_code == 1
     assert [p for p in run.json()["problems"] if p.startswith("SCHEMA_REGISTRY_URL")]
+
+
+def test_the_avro_demo_runs_end_to_end(services, es, names, registry):
+    """`scripts/demo --format avro`'s run: the demo's events as Avro, their schema
+    registered under the topic's subject, every one indexed."""
+    topic = names("sr-demo")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "ES_", "DLQ_"))},
+        "KAFKA_BOOTSTRAP_SERVERS": services.kafka,
+        "ES_HOSTS": services.es_url,
+        "SCHEMA_REGISTRY_URL": registry.url,
+        "PYTHONPATH": str(ROOT),
+    }
+    cmd = [sys.executable, "-m", "demo.run", "--format", "avro", "--count", "300"]
+    proc = subprocess.run(
+        [*cmd, "--topic", topic], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "produced=300 indexed=300" in proc.stdout
+    assert "VALUE_FORMAT=avro" in proc.stdout
+    assert f"{topic}-value" in registry.client().get_subjects()
+    doc = next(iter(search_all(es, topic).values()))
+    assert set(doc) >= {"event_id", "type", "ts", "user", "items", "total"}

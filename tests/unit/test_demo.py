@@ -26,3 +26,19 @@ def test_scripts_demo_resets_only_the_stack_it_started() -> None:
         < script.index("unset KAFKA_BOOTSTRAP_SERVERS ES_HOSTS")
         < script.index("-m demo.run")
     )
+
+
+def test_the_avro_demo_follows_the_stack_registry() -> None:
+    from demo.avro import registry_url
+
+    assert registry_url({}) == "http://127.0.0.1:8081/apis/ccompat/v7"
+    assert registry_url({"REGISTRY_PORT": "29081"}) == "http://127.0.0.1:29081/apis/ccompat/v7"
+    assert registry_url({"SCHEMA_REGISTRY_URL": "http://sr:1", "REGISTRY_PORT": "9"}) == (
+        "http://sr:1"
+    )
+
+
+def test_scripts_demo_starts_the_registry_for_avro_only() -> None:
+    script = (ROOT / "scripts" / "demo").read_text()
+    assert '*" --format avro "* | *" --format=avro "*) scripts/stack up registry' in script
+    assert "unset KAFKA_BOOTSTRAP_SERVERS ES_HOSTS SCHEMA_REGISTRY_URL" in script
