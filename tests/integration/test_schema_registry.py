@@ -276,3 +276,43 @@ def test_the_avro_demo_runs_end_to_end(services, es, names, registry):
     assert f"{topic}-value" in registry.client().get_subjects()
     doc = next(iter(search_all(es, topic).values()))
     assert set(doc) >= {"event_id", "type", "ts", "user", "items", "total"}
+
+
+def test_a_json_schema_that_references_another_subject(services, es, names, registry):
+    """A JSON Schema whose `$ref` names a schema of another subject."""
+    from confluent_kafka.schema_registry import Schema, SchemaReference
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic, dlq = _topics(services, names, "sr-jref")
+    client = registry.client()
+    address = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$id": "address.json",
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    }
+    client.register_schema(f"{topic}-address", Schema(json.dumps(address), "JSON"))
+    customer = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"id": {"type": "integer"}, "home": {"$ref": "address.json"}},
+        "required": ["id", "home"],
+    }
+    ref = SchemaReference("address.json", f"{topic}-address", 1)
+    writer = Schema(json.dumps(customer), "JSON", [ref])
+    client.register_schema(f"{topic}-value", writer)
+    ser = JSONSerializer(
+        writer, client, conf={"auto.register.schemas": False, "use.latest.version": True}
+    )
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    good = {"id": 1, "home": {"city": "Lyon"}}
+    framed = ser(good, ctx)
+    bad = framed[:5] + json.dumps({"id": 2, "home": {"city": 7}}).encode()  # breaks the ref
+    produce(services.kafka, topic, [(b"c1", framed), (b"c2", bad)])
+    run = run_flow(services, _env(topic, dlq, registry, VALUE_FORMAT="json-schema"))
+    assert run.returncode == 0, run.output
+    assert search_all(es, topic) == {"c1": good}
+    (dead,) = consume_all(services.kafka, dlq)
+    assert dead.key() == b"c2"
