@@ -11,7 +11,8 @@ a `forced` number are fixed in advance, the rest drawn at random:
 * `epoch`: arm at a random moment, poll the group's committed offsets every ~25 ms; a
   change marks an epoch boundary. Then kill 0-100 ms later (`after-commit`) or at
   boundary + epoch length - 0-300 ms (`before-boundary`: while the sinks flush).
-* `late` (half the plans where bulks are held, `chaos.faults`): arm a hold on the next
+* `late` (where bulks are held, `chaos.faults`: every plan until one kill landed while a
+  bulk was held, then half of them): arm a hold on the next
   bulk, and kill 0-1 s after it is held; the bulk lands after the restart.
 * `outage` / `outage2` (forced): at a random moment cut Elasticsearch off and SIGTERM
   once or twice (`chaos.outage`).
@@ -312,8 +313,11 @@ class Chaos:
             # meets its bad record; the first such moments (before a clean stop stored the
             # record's offset) are where a snapshot could pass a record not yet examined.
             return self.rng.choices(("startup", "after-bad"), (1, 6))[0]
-        if self.faults is not None and self.faults.late and self.rng.random() < 0.5:
-            return "late"
+        if self.faults is not None and self.faults.late:
+            # Until one kill landed while a bulk was held, every plan is one: with two
+            # forced outages among four kills, a coin per kill skipped the road 1 time in 4.
+            if self.stats.late_held == 0 or self.rng.random() < 0.5:
+                return "late"
         return self.rng.choices(RANDOM_PLANS, PLAN_WEIGHTS)[0]
 
     def _attempt_with_kill(self, flow: Flow, committed_before: int) -> Outcome:
