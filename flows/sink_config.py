@@ -103,6 +103,8 @@ def documents(s: Settings) -> DocumentConfig:
             record=s.es_script_record,
         ),
         index_allow=re.compile(s.es_index_allow) if s.es_index_allow else None,
+        index_naming=s.es_index_naming,
+        id_separator=s.doc_id_separator,
     )
 
 

@@ -381,14 +381,16 @@ def _auth_setting(settings: Settings) -> str:
 def index_patterns(settings: Settings, topics: Iterable[str]) -> dict[str, str]:
     """Topic -> the index (or, for a dated ES_INDEX/ES_INDEX_MAP, the wildcard pattern of
     its indices) the flow writes its documents to, per the configured templates."""
-    from sinks.elasticsearch.index_names import IndexName
+    from sinks.elasticsearch.index_names import CONNECT_NAMING, IndexName, connect_index_name
 
+    connect = settings.es_index_naming == CONNECT_NAMING
     out = {}
     for topic in topics:
         pattern = IndexName(settings.es_index_map.get(topic, settings.es_index))
         if pattern.has_date:  # every date part a wildcard
             named = pattern.template.replace("{topic}", topic)
-            out[topic] = re.sub(r"\{[^{}]*\}", "*", named)
+            name = re.sub(r"\{[^{}]*\}", "*", named)
         else:
-            out[topic] = pattern.render(topic, None)
+            name = pattern.render(topic, None)
+        out[topic] = connect_index_name(name) if connect else name
     return out

@@ -14,7 +14,12 @@ from pydantic import AfterValidator, BeforeValidator, field_validator, model_val
 from flows.config.fields import Flag, Group, OneOf, PairsInput, Regex, pairs, setting
 from flows.errors import ConfigError
 from flows.transforms.cdc import deleting_entries
-from sinks.elasticsearch.index_names import IndexName, problem
+from sinks.elasticsearch.index_names import (
+    CONNECT_NAMING,
+    IndexName,
+    connect_index_name,
+    problem,
+)
 from sinks.elasticsearch.write_methods import (
     ACTIONS,
     DATA_STREAM_METHOD,
@@ -24,6 +29,7 @@ from sinks.elasticsearch.write_methods import (
 )
 
 DOC_IDS = "key, coordinates, none or field:<dotted.path>"
+INDEX_NAMINGS = ("as-is", CONNECT_NAMING)
 # Built-in transforms that derive a document's id, key, index or routing from its fields.
 _FIELD_ROUTED = {"route", "id_from_field", "key_from_field"}
 
@@ -79,12 +85,27 @@ class DocumentSettings(Group):
         "script: also pass the record's coordinates as params.record (topic, partition, "
         "offset), so that the script can skip a record it already applied (a replay)",
     )
+    es_index_naming: Annotated[str, OneOf(INDEX_NAMINGS)] = setting(
+        "ES_INDEX_NAMING",
+        "as-is",
+        "as-is: an index name must follow Elasticsearch's rules (else a dead letter); "
+        "connect: rewritten first as Kafka Connect's Elasticsearch sink names an index after "
+        "its topic (lower case, 255 characters, a leading - or _ dropped, . and .. as dot)",
+    )
     es_index_allow: Regex | None = setting(
         "ES_INDEX_ALLOW",
         None,
         "regex every index name must match whole; a record's name outside it is a dead letter",
     )
     doc_id: str = setting("DOC_ID", "key", f"document id: {DOC_IDS}")
+    doc_id_separator: str = setting(
+        "DOC_ID_SEPARATOR",
+        "-",
+        "between topic, partition and offset in a coordinates id (DOC_ID=coordinates, "
+        "ON_NULL_KEY=coordinates); `+` gives Kafka Connect's topic+partition+offset",
+        min_length=1,
+        max_length=8,
+    )
     version: str = setting("VERSION", "none", "external version: none, offset or header:<name>")
     es_routing: str | None = setting("ES_ROUTING", None, "key or field:<dotted.path>")
     es_pipeline: str | None = setting("ES_PIPELINE", None, "ingest pipeline")
@@ -291,6 +312,8 @@ def _check_index_names(s: DocumentSettings) -> None:
     for name, template in (("ES_INDEX", s.es_index), *_named_map(s.es_index_map)):
         if not IndexName(template).is_static:
             continue
+        if s.es_index_naming == CONNECT_NAMING:
+            template = connect_index_name(template)
         why = problem(template)
         if why is None and allow is not None and allow.fullmatch(template) is None:
             why = f"index name {template!r} does not match ES_INDEX_ALLOW ({allow.pattern})"

@@ -14,7 +14,11 @@ sink partition, in order, so mixed actions on a document apply in record order.
 Index names: every name a record produces (a `{topic}` or date pattern, or `Doc.index`
 from a transform) is held to Elasticsearch's rules and to ES_INDEX_ALLOW once per distinct
 name; a refused one is an `InvalidIndexName` (a dead letter at stage `index`), never a
-request that fails.
+request that fails. With ES_INDEX_NAMING=connect each name is first rewritten as Kafka
+Connect's Elasticsearch sink names its indices (`index_names.connect_index_name`).
+
+Coordinates ids (DOC_ID=coordinates, a null key under ON_NULL_KEY=coordinates) join topic,
+partition and offset with DOC_ID_SEPARATOR: `-` by default, `+` as Kafka Connect does.
 """
 
 from __future__ import annotations
@@ -90,6 +94,10 @@ class ActionBuilder:
         self._default_index = IndexName(config.index)
         self._index_map = {t: IndexName(i) for t, i in config.index_map.items()}
         self._allow = config.index_allow
+        self._connect_names = config.index_naming == index_names.CONNECT_NAMING
+        self._renamed: dict[str, str] = {}
+        """A transform's index name → its ES_INDEX_NAMING=connect rewrite."""
+        self._sep = config.id_separator
         self._names: dict[str, str] = {}
         """Index name → why it is refused ("" when it is fine), for names records produce."""
         self._id_mode = config.doc_id
@@ -198,6 +206,8 @@ class ActionBuilder:
         if index is None:
             index = self.index_for(rec)
         else:  # set by a transform: held to the rules once per distinct name
+            if self._connect_names:
+                index = self._rename(index)
             why = self._names.get(index)
             if why is None:
                 why = self._judge(index)
@@ -271,6 +281,8 @@ class ActionBuilder:
             return name
         pattern = self._index_map.get(topic, self._default_index)
         name = pattern.render(topic, timestamp)
+        if self._connect_names:
+            name = self._rename(name)
         why = self._names.get(name)
         if why is None:
             why = self._judge(name)
@@ -279,6 +291,22 @@ class ActionBuilder:
         if not pattern.has_date:  # the same for every record of this topic
             self._topic_index[topic] = name
         return name
+
+    def _rename(self, name: str) -> str:
+        """ES_INDEX_NAMING=connect: `name` as Kafka Connect's sink would spell it."""
+        renamed = self._renamed.get(name)
+        if renamed is None:
+            if len(self._renamed) >= NAME_CACHE_LIMIT:
+                self._renamed.clear()
+            renamed = self._renamed[name] = index_names.connect_index_name(name)
+        return renamed
+
+    def _coordinates(self, rec: Record) -> str:
+        """`topic-partition-offset`, with DOC_ID_SEPARATOR between them."""
+        sep = self._sep
+        if sep == "-":
+            return rec.coordinates
+        return f"{rec.topic}{sep}{rec.partition}{sep}{rec.offset}"
 
     def _judge(self, name: str) -> str:
         """Why `name` is refused ("" when it is fine), remembered for the next record."""
@@ -347,10 +375,10 @@ class ActionBuilder:
                 if self._null_key_dlq:
                     msg = "the record has no key (DOC_ID=key, ON_NULL_KEY=dlq)"
                     raise ActionError(msg)
-                return rec.coordinates
+                return self._coordinates(rec)
             return _as_id(key)
         if mode == "coordinates":
-            return rec.coordinates
+            return self._coordinates(rec)
         if mode == "field":
             value = self._id_get(source, None)
             if value is None:  # missing or null

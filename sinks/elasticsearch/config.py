@@ -69,6 +69,10 @@ class DocumentConfig:
     """ON_MISSING_DOCUMENT and the script, for the update-based write methods."""
     index_allow: re.Pattern[str] | None
     """ES_INDEX_ALLOW: every index name a record produces must match it whole."""
+    index_naming: str = "as-is"
+    """ES_INDEX_NAMING: `as-is`, or `connect` (`index_names.connect_index_name` first)."""
+    id_separator: str = "-"
+    """DOC_ID_SEPARATOR: between topic, partition and offset in a coordinates id."""
 
     @property
     def method(self) -> WriteMethod:

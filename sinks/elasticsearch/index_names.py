@@ -1,6 +1,7 @@
 """Index name patterns: `{topic}` and date patterns such as `logs-{yyyy.MM.dd}`; and
 Elasticsearch's rules for index names (`problem`), which every name a record produces is
-held to before it reaches a request.
+held to before it reaches a request; and the names Kafka Connect's Elasticsearch sink gives
+(`connect_index_name`, `connect_data_stream_name`), which ES_INDEX_NAMING=connect applies.
 
 (Not an Elasticsearch *index template*: that is ES_INDEX_TEMPLATE_FILE, `bootstrap`.)
 
@@ -41,6 +42,44 @@ def problem(name: str) -> str | None:
     if long and len(name.encode("utf-8", "surrogatepass")) > MAX_INDEX_BYTES:
         return f"index name {name[:40]!r}... is longer than {MAX_INDEX_BYTES} bytes"
     return None
+
+
+CONNECT_NAMING = "connect"
+"""ES_INDEX_NAMING=connect: every index name is rewritten by `connect_index_name` first."""
+
+
+def _java_prefix(text: str, units: int) -> str:
+    """`text.substring(0, units)` as Java counts: in UTF-16 code units."""
+    if len(text) <= units // 2 or text.isascii():
+        return text[:units]
+    data = text.encode("utf-16-le", "surrogatepass")
+    return data[: 2 * units].decode("utf-16-le", "surrogatepass")
+
+
+def connect_index_name(topic: str) -> str:
+    """The index Kafka Connect's Elasticsearch sink writes a record of `topic` to (the topic
+    after its transforms) when no mapping names one: the topic lower-cased, cut to 255
+    characters (Java's, UTF-16 code units), one leading `-` or `_` dropped, and `.` or `..`
+    spelled `dot` or `dotdot` (confluentinc/kafka-connect-elasticsearch,
+    `ElasticsearchSinkTask.convertTopicToIndexName`). What is still invalid (a second
+    leading `_`, a `*`) stays so: the connector fails on it, the flow dead-letters it."""
+    name = _java_prefix(topic.lower(), MAX_INDEX_BYTES)
+    if name.startswith(("-", "_")):
+        name = name[1:]
+    if name in (".", ".."):
+        name = name.replace(".", "dot")
+    return name
+
+
+DATA_STREAM_NAMESPACE_CHARS = 100
+
+
+def connect_data_stream_name(kind: str, dataset: str, namespace: str, topic: str) -> str:
+    """The data stream Kafka Connect's Elasticsearch sink writes a record of `topic` to:
+    `{type}-{dataset}-{namespace}`, the type lower-cased, `${topic}` in the namespace
+    replaced by the lower-cased topic, the namespace cut to 100 characters."""
+    ns = _java_prefix(namespace.replace("${topic}", topic.lower()), DATA_STREAM_NAMESPACE_CHARS)
+    return f"{kind.lower()}-{dataset}-{ns}"
 
 
 class IndexName:
