@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
-from . import es, kafka, registry
+from . import connect, es, kafka, registry
 from .config import KAFKA_PORT, SECURE_DIR, SECURE_ENV, STACK_DIR, STACK_HOST, StackError, log
 from .procs import tail
 from .secure import secure
@@ -42,8 +42,17 @@ def chosen(which: str) -> list[Server]:
     return [server for name, server in SERVERS.items() if name in names]
 
 
+# Downloaded on request only (`download connect`), never started by `up`: a test starts
+# its own Kafka Connect worker (devkit.connect).
+DOWNLOADS = {"connect": connect.download}
+
+
 def download(which: str) -> None:
-    """Fetch what `up` needs into the cache, starting nothing (scripts/provision)."""
+    """Fetch what `up` needs into the cache, starting nothing (scripts/provision); `connect`:
+    a Kafka Connect worker's classpath."""
+    if which in DOWNLOADS:
+        DOWNLOADS[which]()
+        return
     for server in chosen(which):
         server.download()
 
@@ -105,7 +114,8 @@ def topic(argv: list[str]) -> None:
 
 
 def main(argv: list[str], usage: str) -> int:
-    """`stack [up|down|status|logs|clean|download] [all|kafka|es|registry]`, or `stack topic create
+    """`stack [up|down|status|logs|clean|download] [all|kafka|es|registry]` (`download
+    connect` too), or `stack topic create
     NAME [--partitions N]`; prints `usage` on a bad command."""
     cmd = argv[1] if len(argv) > 1 else "status"
     if cmd == "topic":
@@ -118,7 +128,8 @@ def main(argv: list[str], usage: str) -> int:
     # No server named: `up` starts DEFAULT, `status` asks DEFAULT (and a started registry),
     # the other commands take every server.
     which = argv[2] if len(argv) > 2 else "default" if cmd in ("up", "status") else "all"
-    if which not in ("all", "default") and which not in SERVERS:
+    known = which in ("all", "default") or which in SERVERS
+    if not known and not (cmd == "download" and which in DOWNLOADS):
         print(usage, file=sys.stderr)
         return 2
     try:
