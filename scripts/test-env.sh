@@ -45,6 +45,7 @@ export ES_SINK_TEST_SECURE_ES_PORT="$(test_port 19250 ES_SINK_TEST_SECURE_ES_POR
 export ES_SINK_TEST_ROLLING_ES_PORT="$(test_port 19270 ES_SINK_TEST_ROLLING_ES_PORT)"
 export ES_SINK_TEST_SOAK_ES_PORT="$(test_port 19280 ES_SINK_TEST_SOAK_ES_PORT)"
 export ES_SINK_TEST_OUTAGE_REGISTRY_PORT="$(test_port 19082 ES_SINK_TEST_OUTAGE_REGISTRY_PORT)"
+export ES_SINK_TEST_CONNECT_PORT="$(test_port 19290 ES_SINK_TEST_CONNECT_PORT)"
 
 lock_stack_dir() {
   # One run per STACK_DIR at a time: a second one would clean, stop or run against the
