@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli import check, control, dlq, offsets, plugins, preview, status, verify
+from flows.cli import check, control, dlq, migrate, offsets, plugins, preview, status, verify
 from flows.cli import replay as replay  # registers `dlq replay` on dlq_app
 from flows.version import VERSION
 
 app = typer.Typer(
     name="es-sink",
-    help="Operate an es-sink flow: check, status, dead letters, verify, offsets, stop, restart.",
+    help="Operate an es-sink flow: check, status, dead letters, verify, offsets, stop, restart; "
+    "migrate from Kafka Connect.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -52,6 +53,7 @@ app.command("pause")(control.pause)
 app.command("resume")(control.resume)
 app.command("stop")(control.stop)
 app.command("restart")(control.restart)
+app.add_typer(migrate.migrate_app, name="migrate")
 
 
 def main() -> None:

@@ -36,7 +36,9 @@ RANKS = {
     "discovery": 5,
     **dict.fromkeys(("source", "process"), 6),
     "pipeline": 7,
-    **dict.fromkeys(("es_sink", "api", "watchdog", "cli", ""), 8),  # "": flows/__init__.py
+    **dict.fromkeys(
+        ("es_sink", "api", "watchdog", "cli", "migrate", ""), 8
+    ),  # "": flows/__init__.py
 }
 """The rank of each unit (module or subpackage directly under flows/)."""
 

@@ -1,0 +1,237 @@
+"""`es-sink migrate offsets`: copy a Kafka Connect sink connector's committed offsets (its
+consumer group, `connect-<name>`) to the flow's group, so that the flow reads exactly the
+records after those the connector committed.
+
+The copy is refused while either group may still commit: the connector's group has members
+(a running or paused connector's task stays a member; a stopped one leaves), an instance of
+the flow holds a partition of its group (its commit names an owner that has not released it,
+`flows.fencing`), or either group's commits move during the probe. Each commit carries the
+metadata a flow's own commit starts with (`es-sink partitions=<n>`, the partition count the
+flow's start checks read) and no owner: the flow's next instance reads from it at once, with
+no fencing wait. A partition the connector never committed gets no commit: the flow starts
+it per KAFKA_AUTO_OFFSET_RESET (and its rule for partitions of a group that has read others).
+
+Copied to any other group (`--to-group`, going back to the connector), the commits carry no
+metadata, as Kafka Connect's own.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from flows.cli import common
+from flows.cli.common import PartitionOffsets, Problem
+
+if TYPE_CHECKING:
+    from flows.config import Settings
+
+PROBE_S = 12.0
+"""How long both groups' commits are watched before the copy (a flow commits about once an
+epoch; a Connect worker every offset.flush.interval.ms, 60 s by default: its group's
+membership is what tells that it runs)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One partition: what the connector committed, what the target group holds, and where
+    the flow will start it."""
+
+    topic: str
+    partition: int
+    low: int
+    end: int
+    source: int | None
+    """The source group's committed offset (None: never committed)."""
+    before: int | None
+    """The target group's committed offset before the copy."""
+    to: int | None
+    """The offset committed to the target group (None: nothing committed)."""
+    start: str
+    """`committed` (from `to`), `kept` (the target's own commit), `earliest` or `latest`."""
+    why: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "source": self.source,
+            "from": self.before,
+            "to": self.to,
+            "start": self.start,
+            "low": self.low,
+            "end": self.end,
+            "note": self.why,
+        }
+
+
+def plan(settings: Settings, source: str, target: str) -> list[Change]:
+    """Per partition of the flow's topics: the source group's offset, copied."""
+    topics = common.flow_topics(settings)
+    src = {(p.topic, p.partition): p for p in common.offsets(settings, source, topics)}
+    dst = {(p.topic, p.partition): p for p in common.offsets(settings, target, topics)}
+    if not any(p.committed is not None for p in src.values()):
+        raise Problem(
+            f"--from-group: group {source} has no committed offset for the flow's topics "
+            f"({', '.join(topics)}): is it the connector's group (connect-<name>)?"
+        )
+    read = {k for k, p in src.items() if p.committed is not None} | {
+        k for k, p in dst.items() if p.committed is not None
+    }
+    out = []
+    for key in sorted(src):
+        s, d = src[key], dst[key]
+        if s.committed is not None:
+            why = ""
+            if s.committed < s.low:
+                why = (
+                    f"below the log start {s.low}: the flow reads from {s.low}, the records "
+                    "between were deleted unread"
+                )
+            elif s.committed > s.end:
+                why = f"above the log end {s.end}: the topic was recreated or truncated?"
+            out.append(
+                Change(*key, s.low, s.end, s.committed, d.committed, s.committed, "committed", why)
+            )
+        elif d.committed is not None:
+            why = f"never committed by {source}; {target} keeps its own commit"
+            out.append(Change(*key, s.low, s.end, None, d.committed, None, "kept", why))
+        else:
+            start, why = _auto(settings, key, read, source)
+            out.append(Change(*key, s.low, s.end, None, None, None, start, why))
+    return out
+
+
+def _auto(
+    settings: Settings, key: tuple[str, int], read: set[tuple[str, int]], source: str
+) -> tuple[str, str]:
+    """Where the flow starts a partition nobody committed (`discovery.earliest_reason`)."""
+    reset = settings.auto_offset_reset
+    never = f"never committed by {source}"
+    if reset == "earliest":
+        return "earliest", f"{never}: the flow starts it at earliest (KAFKA_AUTO_OFFSET_RESET)"
+    others = [k for k in read if k != key]
+    if others:
+        return (
+            "earliest",
+            f"{never}: the flow starts it at earliest, not latest: its group has committed "
+            "offsets of the flow's other partitions, so it takes this one for a partition "
+            "added since (KAFKA_AUTO_OFFSET_RESET)",
+        )
+    return "latest", f"{never}: the flow starts it at latest (KAFKA_AUTO_OFFSET_RESET)"
+
+
+def refusal(
+    settings: Settings, source: str, target: str, changes: list[Change], probe_s: float
+) -> str | None:
+    """Why the offsets must not be copied now (None: nothing says a group still commits)."""
+    for group, role in ((source, "the connector's"), (target, "the target")):
+        members = _members(settings, group)
+        if members:
+            hint = (
+                "stop the connector first (PUT /connectors/<name>/stop; a paused connector's "
+                "task stays a member)"
+                if group == source
+                else "stop its consumers first"
+            )
+            return f"{role} group {group} has {members}; {hint}"
+    holders = _holders(settings, target, changes)
+    if holders:
+        return (
+            f"an instance of the flow holds {holders} in group {target}; stop it first (a "
+            "clean stop releases its partitions)"
+        )
+    if probe_s <= 0:
+        return None
+    topics: dict[str, set[int]] = {}
+    for c in changes:
+        topics.setdefault(c.topic, set()).add(c.partition)
+    before = _commits(settings, (source, target), topics)
+    time.sleep(probe_s)
+    after = _commits(settings, (source, target), topics)
+    moved = sorted(f"{g} {t}/{p}" for (g, t, p), o in after.items() if before.get((g, t, p)) != o)
+    if moved:
+        return (
+            f"committed offsets moved within {probe_s:g} s ({', '.join(moved[:5])}): something "
+            "still commits for the group"
+        )
+    return None
+
+
+def _members(settings: Settings, group: str) -> str | None:
+    client = common.admin(settings)
+    try:
+        desc = client.describe_consumer_groups([group])[group].result(common.KAFKA_TIMEOUT_S)
+    except Exception:  # a group that never existed has no member
+        return None
+    if desc.members:
+        return f"{len(desc.members)} active members ({desc.state.name.lower()})"
+    return None
+
+
+def _holders(settings: Settings, group: str, changes: list[Change]) -> str:
+    """The target group's partitions whose commit names a flow instance still holding them."""
+    from flows.fencing import Owner
+
+    topics: dict[str, set[int]] = {}
+    for c in changes:
+        topics.setdefault(c.topic, set()).add(c.partition)
+    held = []
+    for p in common.offsets(settings, group, topics):
+        owner = Owner.parse(p.metadata) if p.committed is not None else None
+        if owner is not None and not owner.released and not owner.known_stopped():
+            held.append(f"{p.topic}/{p.partition} (owner {owner.describe()})")
+    return ", ".join(held[:5])
+
+
+def _commits(
+    settings: Settings, groups: tuple[str, ...], topics: dict[str, set[int]]
+) -> dict[tuple[str, str, int], int | None]:
+    out: dict[tuple[str, str, int], int | None] = {}
+    for group in groups:
+        for p in common.offsets(settings, group, topics):
+            out[(group, p.topic, p.partition)] = p.committed
+    return out
+
+
+def metadata(settings: Settings, target: str, source: str, partitions: int) -> str:
+    """What a copied commit carries: the flow's partition count for the flow's group (no
+    owner: its next instance reads from it at once), nothing for any other group."""
+    if target != settings.group_id:
+        return ""
+    return f"es-sink partitions={partitions} migrated-from={source}"
+
+
+def apply(settings: Settings, source: str, target: str, changes: list[Change]) -> None:
+    """Commit the copied offsets to `target` (Problem when Kafka refuses any)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    counts: dict[str, int] = {}
+    for topic, parts in common.flow_topics(settings).items():
+        counts[topic] = len(parts)
+    tps = [
+        TopicPartition(
+            c.topic, c.partition, c.to, metadata(settings, target, source, counts[c.topic])
+        )
+        for c in changes
+        if c.start == "committed" and c.to is not None
+    ]
+    if not tps:
+        return
+    client = common.admin(settings)
+    future = client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(target, tps)])[
+        target
+    ]
+    try:
+        result = future.result(common.KAFKA_TIMEOUT_S)
+    except Exception as e:
+        raise Problem(f"--to-group: Kafka refused the offsets of {target}: {e}") from None
+    failed = [
+        f"{tp.topic}/{tp.partition}: {tp.error}" for tp in result.topic_partitions if tp.error
+    ]
+    if failed:
+        raise Problem(f"--to-group: Kafka refused offsets ({'; '.join(failed)})")
+
+
+__all__ = ["PROBE_S", "Change", "PartitionOffsets", "apply", "plan", "refusal"]
