@@ -266,6 +266,18 @@ def test_migrate_config_reads_a_running_workers_connector(
         assert rows["topics"]["setting"] == f"KAFKA_TOPICS={topic}"
         assert rows["tasks.max"]["setting"] == "-w 2"
         assert rows["file"]["status"] == "not supported"  # not an option it knows
+        # --bootstrap-servers: a keyed connector of a one-partition topic keeps offset versions
+        keyed = tmp_path / "keyed.json"
+        keyed.write_text(json.dumps({"name": name, "config": {
+            "topics": topic, "connection.url": "http://es:9200", "schema.ignore": "true",
+            "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+            "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter.schemas.enable": "false",
+        }}))  # fmt: skip
+        asked = run_cli(services, {}, "migrate", "config", str(keyed), "--json",
+                        "--bootstrap-servers", services.kafka)  # fmt: skip
+        assert asked.exit_code == 0, asked.stderr
+        assert asked.json()["settings"]["version"] == "offset"
         missing = run_cli(services, {}, "migrate", "config", "--connect-url", worker.url,
                           "--connector", "nope")  # fmt: skip
         assert missing.exit_code == 2
