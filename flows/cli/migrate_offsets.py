@@ -2,10 +2,10 @@
 consumer group, `connect-<name>`) to the flow's group, so that the flow reads exactly the
 records after those the connector committed.
 
-The copy is refused while either group may still commit: the connector's group has members
-(a running or paused connector's task stays a member; a stopped one leaves), an instance of
-the flow holds a partition of its group (its commit names an owner that has not released it,
-`flows.fencing`), or either group's commits move during the probe. Each commit carries the
+The copy is refused while either group may still commit: it has members (a running or
+paused connector's task stays a member; a stopped one leaves), an instance of the flow holds
+one of its partitions (its commit names an owner that has not released it, `flows.fencing`:
+the source group too when going back), or its commits move during the probe. Each commit carries the
 metadata a flow's own commit starts with (`es-sink partitions=<n>`, the partition count the
 flow's start checks read) and no owner: the flow's next instance reads from it at once, with
 no fencing wait. A partition the connector never committed gets no commit: the flow starts
@@ -136,12 +136,13 @@ def refusal(
                 else "stop its consumers first"
             )
             return f"{role} group {group} has {members}; {hint}"
-    holders = _holders(settings, target, changes)
-    if holders:
-        return (
-            f"an instance of the flow holds {holders} in group {target}; stop it first (a "
-            "clean stop releases its partitions)"
-        )
+    for group in (source, target):
+        holders = _holders(settings, group, changes)
+        if holders:
+            return (
+                f"an instance of the flow holds {holders} in group {group}; stop it first (a "
+                "clean stop releases its partitions)"
+            )
     if probe_s <= 0:
         return None
     topics: dict[str, set[int]] = {}

@@ -237,6 +237,10 @@ class _Translation:
         self.key_used = True
         self.data_stream = False
         self.dlq: str | None = None
+        self.tolerance = "none"
+        self.registry: str | None = None
+        self.formats: dict[str, str] = {}
+        """The key and value formats chosen, by side."""
 
     # ------------------------------------------------------------------ helpers
 
@@ -503,8 +507,6 @@ class _Translation:
         return cls, opts, "worker"
 
     def converters(self) -> None:
-        self.registry: str | None = None
-        self.formats: dict[str, str] = {}
         for side in ("value", "key"):
             cls, opts, origin = self.converter(side)
             for k in opts:
