@@ -4,12 +4,13 @@ records after those the connector committed.
 
 The copy is refused while either group may still commit: it has members (a running or
 paused connector's task stays a member; a stopped one leaves), an instance of the flow holds
-one of its partitions (its commit names an owner that has not released it, `flows.fencing`:
-the source group too when going back), or its commits move during the probe. Each commit carries the
-metadata a flow's own commit starts with (`es-sink partitions=<n>`, the partition count the
-flow's start checks read) and no owner: the flow's next instance reads from it at once, with
-no fencing wait. A partition the connector never committed gets no commit: the flow starts
-it per KAFKA_AUTO_OFFSET_RESET (and its rule for partitions of a group that has read others).
+one of its partitions (`fencing.holds`: the source group too when going back), or its
+commits move during the probe. Into the flow's group it commits as `es-sink offsets reset`
+does (`fencing.Reset`, plus `migrated-from=<group>` and the partition count a flow's commit
+carries): no owner is named, so the next instance waits for none, and it reads from these
+offsets at start even over a recovery directory's snapshot. A partition the connector never
+committed gets no commit: the flow starts it per KAFKA_AUTO_OFFSET_RESET (and its rule for
+partitions of a group that has read others).
 
 Copied to any other group (`--to-group`, going back to the connector), the commits carry no
 metadata, as Kafka Connect's own.
@@ -26,6 +27,7 @@ from flows.cli.common import PartitionOffsets, Problem
 
 if TYPE_CHECKING:
     from flows.config import Settings
+    from flows.fencing import Reset
 
 PROBE_S = 12.0
 """How long both groups' commits are watched before the copy (a flow commits about once an
@@ -51,6 +53,8 @@ class Change:
     start: str
     """`committed` (from `to`), `kept` (the target's own commit), `earliest` or `latest`."""
     why: str = ""
+    previous: str = ""
+    """The target group's commit metadata before the copy (what a reset's commit keeps)."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -92,7 +96,17 @@ def plan(settings: Settings, source: str, target: str) -> list[Change]:
             elif s.committed > s.end:
                 why = f"above the log end {s.end}: the topic was recreated or truncated?"
             out.append(
-                Change(*key, s.low, s.end, s.committed, d.committed, s.committed, "committed", why)
+                Change(
+                    *key,
+                    s.low,
+                    s.end,
+                    s.committed,
+                    d.committed,
+                    s.committed,
+                    "committed",
+                    why,
+                    d.metadata if d.committed is not None else "",
+                )
             )
         elif d.committed is not None:
             why = f"never committed by {source}; {target} keeps its own commit"
@@ -172,17 +186,20 @@ def _members(settings: Settings, group: str) -> str | None:
 
 
 def _holders(settings: Settings, group: str, changes: list[Change]) -> str:
-    """The target group's partitions whose commit names a flow instance still holding them."""
-    from flows.fencing import Owner
+    """The group's partitions whose commit names a flow instance that may still read them
+    (`fencing.holds`)."""
+    from flows.fencing import Owner, holds
 
     topics: dict[str, set[int]] = {}
     for c in changes:
         topics.setdefault(c.topic, set()).add(c.partition)
+    now_ms = int(time.time() * 1000)
     held = []
     for p in common.offsets(settings, group, topics):
         owner = Owner.parse(p.metadata) if p.committed is not None else None
-        if owner is not None and not owner.released and not owner.known_stopped():
-            held.append(f"{p.topic}/{p.partition} (owner {owner.describe()})")
+        why = holds(owner, now_ms)
+        if owner is not None and why is not None:
+            held.append(f"{p.topic}/{p.partition} (owner {owner.describe()}: {why})")
     return ", ".join(held[:5])
 
 
@@ -196,24 +213,42 @@ def _commits(
     return out
 
 
-def metadata(settings: Settings, target: str, source: str, partitions: int) -> str:
-    """What a copied commit carries: the flow's partition count for the flow's group (no
-    owner: its next instance reads from it at once), nothing for any other group."""
+def metadata(
+    settings: Settings, target: str, source: str, partitions: int, previous: str, mark: Reset
+) -> str:
+    """What a copied commit carries: into the flow's group, a reset's metadata over the
+    group's `previous` commit (`fencing.reset_metadata`: its generation and a recorded pause
+    kept, no owner), the topic's partition count, and where it came from; nothing into any
+    other group."""
+    from flows.fencing import metadata_fields, reset_metadata
+
     if target != settings.group_id:
         return ""
-    return f"es-sink partitions={partitions} migrated-from={source}"
+    text = reset_metadata(previous, mark)
+    if "partitions" not in metadata_fields(text):
+        head, _, rest = text.partition(" ")
+        text = f"{head} partitions={partitions} {rest}"
+    return f"{text} migrated-from={source}"
 
 
 def apply(settings: Settings, source: str, target: str, changes: list[Change]) -> None:
     """Commit the copied offsets to `target` (Problem when Kafka refuses any)."""
+    import socket
+
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
+    from flows.fencing import Reset
+
+    mark = Reset(int(time.time() * 1000), socket.gethostname() or "?")
     counts: dict[str, int] = {}
     for topic, parts in common.flow_topics(settings).items():
         counts[topic] = len(parts)
     tps = [
         TopicPartition(
-            c.topic, c.partition, c.to, metadata(settings, target, source, counts[c.topic])
+            c.topic,
+            c.partition,
+            c.to,
+            metadata(settings, target, source, counts[c.topic], c.previous, mark),
         )
         for c in changes
         if c.start == "committed" and c.to is not None

@@ -27,6 +27,7 @@ import yaml
 
 from devkit.connect import Worker
 from devkit.kafka import add_partitions, committed
+from flows.fencing import Owner, metadata_fields
 from sinks.elasticsearch.index_names import connect_index_name
 from tests.conftest import Services, create_topic, produce, run_cli, run_flow, wait_for
 
@@ -185,7 +186,11 @@ def test_the_flow_takes_over_from_a_connector_at_its_committed_offsets(
                           3: (None, "earliest")}  # fmt: skip
         copied = commits(services, flow_group, topic)
         assert {p: o for p, (o, _) in copied.items() if o >= 0} == {0: 30, 1: 20, 2: 0}
-        assert copied[0][1] == f"es-sink partitions=4 migrated-from={connect_group}"
+        fields = metadata_fields(copied[0][1])
+        assert (fields["partitions"], fields["reset-by"], fields["migrated-from"]) == (
+            "4", "es-sink", connect_group,
+        )  # fmt: skip
+        assert Owner.parse(copied[0][1]) is None  # no owner: the flow waits for none
 
         # the flow indexes exactly the records after the connector's commits
         flow = run_flow(services, env, timeout=180)

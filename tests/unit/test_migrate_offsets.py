@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from flows.cli.migrate_offsets import Change, _auto, metadata
 from flows.config import Settings
-from flows.fencing import Owner, metadata_fields
+from flows.fencing import Owner, Reset, metadata_fields
 
 
 def settings(**env: str) -> Settings:
@@ -26,13 +26,23 @@ def test_a_partition_never_committed_starts_per_auto_offset_reset() -> None:
     assert "not latest" in why
 
 
-def test_a_copied_commit_names_no_owner_and_keeps_the_partition_count() -> None:
+def test_a_copied_commit_is_a_resets_naming_no_owner() -> None:
     s = settings()
-    text = metadata(s, "es-sink-orders", "connect-orders", 4)
-    assert text == "es-sink partitions=4 migrated-from=connect-orders"
+    mark = Reset(1_767_225_600_000, "ops1")
+    text = metadata(s, "es-sink-orders", "connect-orders", 4, "", mark)
+    assert text == (
+        "es-sink partitions=4 reset-by=es-sink reset-at=1767225600000 reset-host=ops1 "
+        "migrated-from=connect-orders"
+    )
     assert metadata_fields(text)["partitions"] == "4"
     assert Owner.parse(text) is None  # the flow's next instance waits for nobody
-    assert metadata(s, "connect-orders", "es-sink-orders", 4) == ""  # Kafka Connect's own
+    assert Reset.parse(text) == mark  # and reads from it even over a recovery snapshot
+    # over an earlier owner of the flow's group: its generation kept, its owner not
+    earlier = "es-sink partitions=4 owner=5f0c9a1e2b7d gen=3 since=1 lease=80 host=h pid=7 released"
+    again = metadata(s, "es-sink-orders", "connect-orders", 4, earlier, mark)
+    assert metadata_fields(again)["gen"] == "3"
+    assert Owner.parse(again) is None
+    assert metadata(s, "connect-orders", "es-sink-orders", 4, earlier, mark) == ""  # Connect's
 
 
 def test_the_json_shape_of_a_change() -> None:
