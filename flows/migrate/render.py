@@ -35,7 +35,7 @@ def yaml_text(m: Migration) -> str:
 
 
 def _order(key: str) -> int:
-    """The settings in the order flows/config declares them (the README's), transforms
+    """The settings in the order flows/config declares them (docs/configuration.md's), transforms
     last."""
     from flows.config import declared
 

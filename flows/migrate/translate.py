@@ -365,7 +365,7 @@ class _Translation:
                 MAPPED,
                 f"-w {n}",
                 "workers (or processes) are command-line arguments of `python -m bytewax.run` "
-                "(Scaling in the README); the YAML's header says so",
+                "(docs/guarantees.md, Scaling); the YAML's header says so",
             )
 
     def topics_(self) -> None:
