@@ -313,11 +313,11 @@ class Chaos:
             # meets its bad record; the first such moments (before a clean stop stored the
             # record's offset) are where a snapshot could pass a record not yet examined.
             return self.rng.choices(("startup", "after-bad"), (1, 6))[0]
-        if self.faults is not None and self.faults.late:
-            # Until one kill landed while a bulk was held, every plan is one: with two
-            # forced outages among four kills, a coin per kill skipped the road 1 time in 4.
-            if self.stats.late_held == 0 or self.rng.random() < 0.5:
-                return "late"
+        # Late until one kill landed while a bulk was held: with two forced outages among
+        # four kills, a coin per kill skipped the road one run in four.
+        late = self.faults is not None and self.faults.late
+        if late and (self.stats.late_held == 0 or self.rng.random() < 0.5):
+            return "late"
         return self.rng.choices(RANDOM_PLANS, PLAN_WEIGHTS)[0]
 
     def _attempt_with_kill(self, flow: Flow, committed_before: int) -> Outcome:
