@@ -432,7 +432,7 @@ def _check_offsets(consumer: Consumer, group: str, found: Partitions) -> None:
 
 _REUSED_OFFSETS = (
     "would lose to the versions already indexed: use VERSION=none or VERSION=header:<name>, "
-    "or a new group and recovery directory"
+    "or a new index (a new group alone does not help: the old documents keep their versions)"
 )
 
 

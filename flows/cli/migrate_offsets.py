@@ -7,8 +7,9 @@ paused connector's task stays a member; a stopped one leaves), an instance of th
 one of its partitions (`fencing.holds`: the source group too when going back), or its
 commits move during the probe. Into the flow's group it commits as `es-sink offsets reset`
 does (`fencing.Reset`, plus `migrated-from=<group>` and the partition count a flow's commit
-carries): no owner is named, so the next instance waits for none, and it reads from these
-offsets at start even over a recovery directory's snapshot. A partition the connector never
+carries): no owner is named, so the next instance waits for none (but for the bulks of an
+owner that had not released the partition, `reset-after`), and it reads from these offsets
+at start even over a recovery directory's snapshot. A partition the connector never
 committed gets no commit: the flow starts it per KAFKA_AUTO_OFFSET_RESET (and its rule for
 partitions of a group that has read others).
 
