@@ -166,7 +166,9 @@ def read_rest(url: str, name: str, timeout: float = REST_TIMEOUT_S) -> Connector
     URL is sent as basic authentication, never printed."""
     parts = urllib.parse.urlsplit(url.rstrip("/"))
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"--connect-url: expected http(s)://host:port, got {_bare(url)!r}")
+        raise ConfigError(
+            f"--connect-url: expected http(s)://host:port, got {masked_url(url, drop=True)!r}"
+        )
     netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
     base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
     target = f"{base}/connectors/{urllib.parse.quote(name, safe='')}/config"
@@ -203,11 +205,18 @@ def _message(body: bytes) -> str:
     return f": {message}" if message else ""
 
 
-def _bare(url: str) -> str:
-    """`url` without its credentials."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None:
+_USERINFO = re.compile(
+    r"^(?P<scheme>[a-z][a-z0-9+.-]*://)?(?P<user>[^/@:\s]*)(?::[^/@\s]*)?@", re.I
+)
+"""A URL's credentials (`user:password@`), with or without a scheme; parsing is not needed,
+so a URL `urllib` refuses (`http://u:p@[es`) is masked all the same."""
+
+
+def masked_url(url: str, drop: bool = False) -> str:
+    """`url` with its password as `***` (or, `drop`, without credentials)."""
+    url = url.strip()
+    m = _USERINFO.match(url)
+    if m is None:
         return url
-    host = parts.hostname or ""
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    creds = "" if drop else f"{m['user']}:***@"
+    return f"{m['scheme'] or ''}{creds}{url[m.end() :]}"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flows.migrate import smts
-from flows.migrate.connector import Connector, is_secret
+from flows.migrate.connector import Connector, is_secret, masked_url
 from flows.migrate.report import DEFAULT, MAPPED, NO_EFFECT, UNSUPPORTED, Row
 from sinks.elasticsearch.index_names import connect_data_stream_name
 
@@ -262,7 +262,7 @@ class _Translation:
             return "***"
         value = self.cfg[option]
         if option == "connection.url" or option.endswith("schema.registry.url"):
-            return ",".join(_masked_url(u) for u in value.split(","))
+            return ",".join(masked_url(u) for u in value.split(","))
         return value
 
     def row(
@@ -687,7 +687,7 @@ class _Translation:
                 )
 
     def registry_url(self, side: str, option: str, url: str) -> None:
-        masked = ",".join(_masked_url(u) for u in url.split(","))
+        masked = ",".join(masked_url(u) for u in url.split(","))
         if self.registry is not None and self.registry != url:
             self.row(
                 option,
@@ -726,7 +726,7 @@ class _Translation:
                 if parts.username is not None:
                     user = urllib.parse.unquote(parts.username)
                     password = parts.password is not None
-                    u = _masked_url(u, drop=True)
+                    u = masked_url(u, drop=True)
                 hosts.append(u)
             note = "; ".join(dict.fromkeys(notes))
             setting = self.set("es_hosts", ",".join(hosts))
@@ -1440,17 +1440,3 @@ def _pairs(value: str | None) -> dict[str, str]:
         if sep and topic.strip() and target.strip():
             out[topic.strip()] = target.strip()
     return out
-
-
-def _masked_url(url: str, drop: bool = False) -> str:
-    """`url` with its password as `***` (or, `drop`, without credentials)."""
-    try:
-        parts = urllib.parse.urlsplit(url.strip())
-    except ValueError:
-        return url
-    if parts.username is None:
-        return url.strip()
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    creds = "" if drop else f"{parts.username}:***@"
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{creds}{host}{port}"))

@@ -668,3 +668,19 @@ def test_a_connector_from_stdin() -> None:
     result = CliRunner().invoke(app, ["migrate", "config", "-"], input=body)
     assert result.exit_code == 0, result.stderr
     assert yaml.safe_load(result.stdout)["kafka_group_id"] == "es-sink-x"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://elastic:changeme@es:9200", "http://elastic:***@es:9200"),
+        ("elastic:changeme@es:9200", "elastic:***@es:9200"),  # no scheme: printed as it was
+        ("http://u:p@[es", "http://u:***@[es"),  # urllib refuses it: printed as it was
+        ("http://es:9200/a@b", "http://es:9200/a@b"),  # no credentials
+    ],
+)
+def test_a_connection_url_never_shows_its_password(url: str, shown: str) -> None:
+    from flows.migrate.connector import masked_url
+
+    assert masked_url(url) == shown
+    assert "changeme" not in masked_url(url, drop=True) and ":p@" not in masked_url(url, drop=True)
