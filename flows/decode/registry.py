@@ -249,14 +249,8 @@ class RegistryDecoder:
         data: bytes = record.value if self._is_value else record.key  # type: ignore[assignment]
         assert self._ctx is not None
         ctx = self._ctx(record.topic, self._field, list(record.headers) or None)
-        try:
-            obj = deserializer(data, ctx)
-        except DecodeError:
-            raise
-        except Exception as e:
-            error = self._classify(e, data)
-            if not isinstance(error, RegistryUnavailableError):
-                raise error from None
+        obj, error = self._decode_once(deserializer, data, ctx)
+        if error is not None:
             obj = self._wait(deserializer, data, ctx, error)
         post = self._post
         if post is not None:
@@ -288,14 +282,8 @@ class RegistryDecoder:
             if failing.failing() or shutdown.requested():
                 raise RegistryUnavailableError(f"{error}; the flow is stopping: no more retries")
             retries.sleep(retries.next_delay(), "schema-registry", str(error))
-            try:
-                obj = deserializer(data, ctx)
-            except DecodeError:
-                raise
-            except Exception as e:
-                again = self._classify(e, data)
-                if not isinstance(again, RegistryUnavailableError):
-                    raise again from None
+            obj, again = self._decode_once(deserializer, data, ctx)
+            if again is not None:
                 error = again
                 if time.monotonic() - warned >= WARN_EVERY_S:
                     warned = time.monotonic()
@@ -309,6 +297,21 @@ class RegistryDecoder:
                 _redacted(self._conf["url"]), retries.elapsed(), retries.count,
             )  # fmt: skip
             return obj
+
+    def _decode_once(
+        self, deserializer: Deserializer, data: bytes, ctx: Any
+    ) -> tuple[Any, RegistryUnavailableError | None]:
+        """One decode: the object, or why the registry cannot serve it now; any other
+        failure raises (a dead letter)."""
+        try:
+            return deserializer(data, ctx), None
+        except DecodeError:
+            raise
+        except Exception as e:
+            error = self._classify(e, data)
+            if not isinstance(error, RegistryUnavailableError):
+                raise error from None
+            return None, error
 
     def _classify(self, e: Exception, data: bytes) -> Exception:
         fmt = self._fmt

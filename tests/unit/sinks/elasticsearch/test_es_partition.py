@@ -497,20 +497,25 @@ class TaskListingClient(FakeClient):
         return super().bulk(operations=operations, filter_path=filter_path)
 
 
+def tagged_partition(s: Settings, client: TaskListingClient, clock: FakeClock) -> EsSinkPartition:
+    """A partition whose bulks carry the owner token `tok` (X-Opaque-Id), without a DLQ."""
+    return EsSinkPartition(
+        sink_config.es_sink(s),
+        "es-0000",
+        client,
+        None,
+        clock=clock,
+        owner="tok",  # type: ignore[arg-type]
+    )
+
+
 def test_a_timed_out_request_is_sent_again_only_once_elasticsearch_no_longer_lists_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(tasks, "POLL_S", 0.01)
     s = settings()
     client = TaskListingClient(ConnectionTimeout("timed out"), polls=2)
-    part = EsSinkPartition(
-        sink_config.es_sink(s),
-        "es-0000",
-        client,
-        None,
-        clock=FakeClock(),
-        owner="tok",  # type: ignore[arg-type]
-    )
+    part = tagged_partition(s, client, FakeClock())
     part.write_batch([make_actions(s, "a", "b")])
     part.snapshot()
     assert client.opaque_ids == ["es-sink/tok/es-0000"]  # every bulk of this partition
@@ -533,14 +538,7 @@ def test_a_timed_out_request_still_listed_past_the_retry_budget_stops_the_flow(
         return listing(**kw)
 
     client.list = list_and_age  # type: ignore[method-assign]
-    part = EsSinkPartition(
-        sink_config.es_sink(s),
-        "es-0000",
-        client,
-        None,
-        clock=clock,
-        owner="tok",  # type: ignore[arg-type]
-    )
+    part = tagged_partition(s, client, clock)
     part.write_batch([make_actions(s, "a")])
     with pytest.raises(ElasticsearchUnavailableError, match="still queued in Elasticsearch"):
         part.snapshot()
@@ -568,14 +566,7 @@ def test_a_timed_out_request_seen_queued_then_unlistable_is_never_sent_again(
         return listing(**kw)
 
     client.list = list_then_fail  # type: ignore[method-assign]
-    part = EsSinkPartition(
-        sink_config.es_sink(s),
-        "es-0000",
-        client,
-        None,
-        clock=clock,
-        owner="tok",  # type: ignore[arg-type]
-    )
+    part = tagged_partition(s, client, clock)
     part.write_batch([make_actions(s, "a")])
     with pytest.raises(ElasticsearchUnavailableError, match="still queued in Elasticsearch"):
         part.snapshot()
