@@ -22,8 +22,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import typer
 
@@ -220,6 +221,15 @@ class Stopped:
         for p in body.get("partitions") or []:
             self.seen[(p["topic"], int(p["partition"]))] = p
 
+    def gone(self, now: Answer, seconds: float) -> bool:
+        """Take one answer; True once the process no longer answers as itself (it stopped,
+        or something started a new one), `seconds` after the stop was asked."""
+        if now.body is not None and _same_process(self.last, now.body):
+            self.see(now.body)
+            return False
+        self.seconds = seconds
+        return True
+
     def partitions(self) -> list[dict[str, Any]]:
         return [self.seen[k] for k in sorted(self.seen)]
 
@@ -332,33 +342,13 @@ def stop(
     with common.errors_as_exits():
         settings = common.load_settings()
         first = _whole_cluster(settings, api, "stopping")
-        token = _token(settings)
-        found = []
-        for a in first:
-            assert a.body is not None
-            put = call(a.url, "PUT", _by("/stop"), token)
-            found.append(Stopped(a.url, a.body, None, put.error))
-        start = time.monotonic()
-        deadline = start + timeout
-        waiting = [s for s in found if s.error is None]
-        while waiting and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-            for s in list(waiting):
-                now = call(s.url)
-                if now.body is not None and _same_process(s.last, now.body):
-                    s.see(now.body)
-                    continue
-                s.seconds = round(time.monotonic() - start, 1)  # gone (or started anew)
-                waiting.remove(s)
+        found = _ask_every(
+            first, "/stop", _token(settings), lambda a, error: Stopped(a.url, a.body, None, error)
+        )
+        _wait_each(found, timeout, Stopped.gone)
         if any(s.seconds is not None for s in found):
             _committed(settings, [s for s in found if s.seconds is not None])
-        if json_out:
-            common.emit_json({"processes": [s.as_json() for s in found]})
-        else:
-            for s in found:
-                common.out.print(s.line(), highlight=False, markup=False)
-        if not all(s.ok() for s in found):
-            raise typer.Exit(common.PROBLEM)
+        _report(found, json_out)
 
 
 @dataclass
@@ -432,27 +422,63 @@ def restart(
     with common.errors_as_exits():
         settings = common.load_settings()
         first = _whole_cluster(settings, api, "restarting")
-        token = _token(settings)
-        found = []
-        for a in first:
-            assert a.body is not None
-            put = call(a.url, "PUT", _by("/restart"), token)
-            found.append(Restarted(a.url, a.body, put.error))
-        start = time.monotonic()
-        deadline = start + timeout
-        waiting = [r for r in found if r.error is None]
-        while waiting and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-            for r in list(waiting):
-                if r.see(call(r.url), round(time.monotonic() - start, 1)):
-                    waiting.remove(r)
-        if json_out:
-            common.emit_json({"processes": [r.as_json() for r in found]})
-        else:
-            for r in found:
-                common.out.print(r.line(), highlight=False, markup=False)
-        if not all(r.ok() for r in found):
-            raise typer.Exit(common.PROBLEM)
+        found = _ask_every(
+            first, "/restart", _token(settings), lambda a, error: Restarted(a.url, a.body, error)
+        )
+        _wait_each(found, timeout, Restarted.see)
+        _report(found, json_out)
+
+
+class _Outcome(Protocol):
+    """What `stop` or `restart` found out about one process."""
+
+    url: str
+    error: str | None
+
+    def line(self) -> str: ...
+    def ok(self) -> bool: ...
+    def as_json(self) -> dict[str, Any]: ...
+
+
+Outcome = TypeVar("Outcome", bound=_Outcome)
+
+
+def _ask_every(
+    first: list[Answer], path: str, token: str | None, make: Callable[[Any, str | None], Outcome]
+) -> list[Outcome]:
+    """PUT `path` on every process (`first`: their /status answers); one outcome each, with
+    the PUT's error if it failed."""
+    found = []
+    for a in first:
+        assert a.body is not None
+        found.append(make(a, call(a.url, "PUT", _by(path), token).error))
+    return found
+
+
+def _wait_each(
+    found: list[Outcome], timeout: float, done: Callable[[Outcome, Answer, float], bool]
+) -> None:
+    """Ask each process whose PUT succeeded for its /status until `done(outcome, answer,
+    seconds since the PUTs)` or `timeout` seconds pass."""
+    start = time.monotonic()
+    deadline = start + timeout
+    waiting = [o for o in found if o.error is None]
+    while waiting and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        for o in list(waiting):
+            if done(o, call(o.url), round(time.monotonic() - start, 1)):
+                waiting.remove(o)
+
+
+def _report(found: list[Outcome], json_out: bool) -> None:
+    """One line (or a JSON document) per process; exit 1 unless every one succeeded."""
+    if json_out:
+        common.emit_json({"processes": [o.as_json() for o in found]})
+    else:
+        for o in found:
+            common.out.print(o.line(), highlight=False, markup=False)
+    if not all(o.ok() for o in found):
+        raise typer.Exit(common.PROBLEM)
 
 
 def restarted_how(before: dict[str, Any], after: dict[str, Any]) -> str:
