@@ -272,6 +272,24 @@ class PartitionOffsets:
         }
 
 
+def _committed(c: Any, tps: list[Any], tries: int = 3) -> list[Any]:
+    """The group's commits of `tps`, asked again after a retriable error (a timeout while
+    the broker is busy, the coordinator loading) at most `tries` times in all."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from flows.topics import COORDINATOR_LOADING
+
+    for attempt in range(1, tries + 1):
+        try:
+            return list(c.committed(tps, timeout=KAFKA_TIMEOUT_S))
+        except KafkaException as e:
+            err = e.args[0]
+            again = err.retriable() or err.code() in (KafkaError._TIMED_OUT, *COORDINATOR_LOADING)
+            if attempt == tries or not again:
+                raise
+    raise AssertionError("unreachable")
+
+
 def offsets(
     settings: Settings, group: str, topics: Mapping[str, Iterable[int]]
 ) -> list[PartitionOffsets]:
@@ -281,7 +299,7 @@ def offsets(
     c = consumer(settings, group)
     try:
         tps = [TopicPartition(t, p) for t, ps in topics.items() for p in sorted(ps)]
-        committed = c.committed(tps, timeout=KAFKA_TIMEOUT_S) if tps else []
+        committed = _committed(c, tps) if tps else []
         out: list[PartitionOffsets] = []
         for tp in committed:
             low, high = c.get_watermark_offsets(
