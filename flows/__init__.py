@@ -2,9 +2,9 @@
 
 The public names below are what user code imports (`from flows import build_flow, Doc`); the
 longer paths (`flows.pipeline.build_flow`, `flows.record.Doc`, ...) keep working, and
-`flows.shutdown.install` stays where it is (its name says nothing outside its module). They load
-on first use (PEP 562), so `import flows.config` does not pull in Bytewax, the clients or the
-registries.
+`flows.runtime.shutdown.install` stays where it is (its name says nothing outside its
+module). They load on first use (PEP 562), so `import flows.config` does not pull in
+Bytewax, the clients or the registries.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flows.collector import collect_on_a_clock
     from flows.config import Settings
     from flows.pipeline import build_flow
+    from flows.runtime.collector import collect_on_a_clock
     from flows.transforms import Transform, apply_transforms, build_transforms
     from sinks.errors import ConfigError, PipelineError
     from sinks.model import DeadLetter, Doc, Record
@@ -31,7 +31,7 @@ _HOMES = {
     "DeadLetter": "sinks.model",
     "ConfigError": "sinks.errors",
     "PipelineError": "sinks.errors",
-    "collect_on_a_clock": "flows.collector",
+    "collect_on_a_clock": "flows.runtime.collector",
 }
 
 __all__ = [

@@ -8,23 +8,16 @@ from __future__ import annotations
 import logging
 import sys
 
-from flows import (
-    api,
-    collector,
-    config_failure,
-    discovery,
-    lifecycle,
-    recovery_failure,
-    shutdown,
-    sink_config,
-    watchdog,
-)
-from flows.config import Settings
+from flows import api
+from flows.api import watchdog
+from flows.config import Settings, sink_config
 from flows.errors import ConfigError
+from flows.kafka import discovery
+from flows.kafka.topics import find_topics
 from flows.pipeline import build_flow
-from flows.runtime import run_args
-from flows.topics import find_topics
-from flows.version import VERSION
+from flows.runtime import collector, config_failure, lifecycle, recovery_failure, shutdown
+from flows.runtime.args import run_args
+from flows.runtime.version import VERSION
 from sinks.elasticsearch import check_credentials
 
 if not logging.getLogger().handlers:
@@ -51,7 +44,7 @@ try:
     shutdown.install(_settings.shutdown_timeout_s)
     _epoch_s = _run.epoch_s
     if 0 < _settings.shutdown_timeout_s < 2 * _epoch_s + 5:
-        # A stop ends with the epoch it began in, or the next (flows.source): a shorter
+        # A stop ends with the epoch it began in, or the next (flows.kafka.source): a shorter
         # timeout cuts short a healthy stop and exits 1.
         logging.getLogger(__name__).warning(
             "SHUTDOWN_TIMEOUT_S=%gs is less than two epochs (-s %g) plus 5 s: a stop may "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Info
 
-from flows.version import VERSION
+from flows.runtime.version import VERSION
 
 # es_sink_records_skipped is declared with the sinks' metrics: they skip records too
 # (ERRORS_TOLERANCE=log).

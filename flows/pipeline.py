@@ -20,11 +20,11 @@ from collections.abc import Sequence
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
 
-from flows import fencing, sink_config
-from flows.config import Settings
+from flows.config import Settings, sink_config
+from flows.kafka import fencing
+from flows.kafka.source import KafkaSource
 from flows.process import Processor, is_documents
-from flows.runtime import run_args
-from flows.source import KafkaSource
+from flows.runtime.args import run_args
 from flows.transforms import Transform
 from sinks.dead_letter import DeadLetterSink
 from sinks.elasticsearch import ElasticsearchSink
@@ -50,7 +50,7 @@ def build_flow(
     messages = op.input("kafka", flow, KafkaSource(settings))
     processed = op.flat_map_batch("process", messages, Processor(settings, transforms, parts))
     routed = op.branch("route", processed, is_documents)
-    # The sinks see only their own frozen configs (`flows.sink_config`), never Settings.
+    # The sinks see only their own frozen configs (`flows.config.sink_config`), never Settings.
     stored = run_args().recovery_dir  # their partitions a recovery store holds beyond `parts`
     es = ElasticsearchSink(sink_config.es_sink(settings), parts, stored, owner=fencing.token)
     op.output("elasticsearch", routed.trues, es)

@@ -38,8 +38,8 @@ import orjson
 from confluent_kafka import Message
 from murmurhash2 import murmurhash2
 
-from flows import halt, metrics, sink_config
-from flows.config import Settings
+from flows import halt, metrics
+from flows.config import Settings, sink_config
 from flows.decode import DecodeError, build_decoder
 from flows.decode.json import RawObjects, json_ints_checked_later
 from flows.errors import RecordFailedError

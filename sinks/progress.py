@@ -6,11 +6,11 @@ loop that keeps it there on purpose (waiting for a bulk in flight, a retry's bac
 dead letters' confirmation) calls `beat()`. A worker inside a call with no sign of life for
 longer than the liveness limit is wedged. A worker Bytewax holds between calls (waiting for
 another worker's epoch, a peer) is not judged here: that is the cluster watchdog's business
-(flows.watchdog), and an outage that holds every worker must not look like a wedge. Pool
+(flows.api.watchdog), and an outage that holds every worker must not look like a wedge. Pool
 threads are never inside a tracked call, so they never count.
 
 Snapshots mark epochs (`epoch_closed`): a cluster whose epochs stopped closing while no
-retry is under way is stalled (flows.watchdog).
+retry is under way is stalled (flows.api.watchdog).
 """
 
 from __future__ import annotations

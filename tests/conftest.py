@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from devkit.es import count_docs, search_all
-from devkit.kafka import Message, committed_offsets, consume_all, create_topic, produce
-from devkit.wait import wait_for
+from tools.devkit.es import count_docs, search_all
+from tools.devkit.kafka import Message, committed_offsets, consume_all, create_topic, produce
+from tools.devkit.wait import wait_for
 
 __all__ = [
     "Message",

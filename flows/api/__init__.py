@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from flows.config import Settings
 from flows.errors import ConfigError
-from flows.runtime import RunArgs, run_args
+from flows.runtime.args import RunArgs, run_args
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from typing import get_args
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from flows import shutdown
 from flows.api import models
 from flows.api.state import ProcessState
+from flows.runtime import shutdown
 from sinks.backoff import under_way
 from sinks.elasticsearch.partition import buffered
 

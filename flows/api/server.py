@@ -13,9 +13,10 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from flows import control, discovery, shutdown
 from flows.api import models
 from flows.api.state import ProcessState
+from flows.kafka import discovery
+from flows.runtime import control, shutdown
 
 TITLE = "es-sink status API"
 VERSION = "1"

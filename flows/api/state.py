@@ -21,13 +21,15 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from elasticsearch import ApiError, Elasticsearch
 from prometheus_client import REGISTRY
 
-from flows import control, discovery, halt, shutdown
+from flows import halt
 from flows.api import api_urls, models
 from flows.config import Settings
-from flows.discovery import group_consumer
-from flows.runtime import RunArgs
-from flows.source import PartitionView, partitions
-from flows.version import VERSION
+from flows.kafka import discovery
+from flows.kafka.discovery import group_consumer
+from flows.kafka.source import PartitionView, partitions
+from flows.runtime import control, shutdown
+from flows.runtime.args import RunArgs
+from flows.runtime.version import VERSION
 from sinks import failing, progress
 from sinks.backoff import under_way
 from sinks.elasticsearch.partition import buffered
@@ -187,7 +189,7 @@ class ProcessState:
 
     def _es_answers(self) -> bool:
         if self._client is None:
-            from flows import sink_config
+            from flows.config import sink_config
             from sinks.elasticsearch.client import make_client
 
             # Its own client: a ping must not queue behind the sink's bulks.

@@ -15,7 +15,7 @@ import typer
 
 from flows.cli import check, control, dlq, migrate, offsets, plugins, preview, status, verify
 from flows.cli import replay as replay  # registers `dlq replay` on dlq_app
-from flows.version import VERSION
+from flows.runtime.version import VERSION
 
 app = typer.Typer(
     name="es-sink",

@@ -146,7 +146,7 @@ def _registry_formats() -> tuple[str, ...]:
 def _topics(settings: Settings, out: dict[str, list[int]]) -> str:
     """The flow's own topic look-up, without the dead-letter topic (checked on its own);
     `_versions` then runs the start's VERSION=offset refusals."""
-    from flows.topics import find_topics
+    from flows.kafka.topics import find_topics
 
     try:
         found = find_topics(settings)
@@ -164,7 +164,7 @@ def _topics(settings: Settings, out: dict[str, list[int]]) -> str:
 
 def _versions(settings: Settings, found: dict[str, list[int]]) -> str:
     """The source's start refusal of topics whose offsets do not order a document's writes."""
-    from flows.discovery import offsets_comparable
+    from flows.kafka.discovery import offsets_comparable
 
     offsets_comparable(settings, found)
     per = "one partition per topic" if settings.doc_id == "key" else "DOC_ID=coordinates"

@@ -151,7 +151,7 @@ def admin(settings: Settings) -> AdminClient:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from flows.topics import kafka_config_error
+    from flows.kafka.topics import kafka_config_error
 
     try:
         return AdminClient(settings.librdkafka("admin", QUIET))
@@ -164,7 +164,7 @@ def consumer(settings: Settings, group: str | None = None, **extra: Any) -> Cons
     purpose), or of a throw-away group (only reads)."""
     from confluent_kafka import Consumer, KafkaException
 
-    from flows.topics import kafka_config_error
+    from flows.kafka.topics import kafka_config_error
 
     conf = settings.librdkafka(
         "consumer",
@@ -189,7 +189,7 @@ def reachable_topics(settings: Settings, timeout: float = KAFKA_TIMEOUT_S) -> di
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from flows.topics import kafka_config_error
+    from flows.kafka.topics import kafka_config_error
 
     auth: list[KafkaError] = []
 
@@ -221,7 +221,7 @@ def flow_topics(settings: Settings) -> dict[str, list[int]]:
     """The topics and partitions the flow reads (the flow's own look-up, `find_topics`),
     after a quick reachability check so an unreachable broker fails in seconds; a missing
     topic is a Problem naming its setting."""
-    from flows.topics import find_topics
+    from flows.kafka.topics import find_topics
 
     reachable_topics(settings)
     try:
@@ -277,7 +277,7 @@ def _committed(c: Any, tps: list[Any], tries: int = 3) -> list[Any]:
     the broker is busy, the coordinator loading) at most `tries` times in all."""
     from confluent_kafka import KafkaError, KafkaException
 
-    from flows.topics import COORDINATOR_LOADING
+    from flows.kafka.topics import COORDINATOR_LOADING
 
     for attempt in range(1, tries + 1):
         try:
@@ -357,7 +357,7 @@ def partitions_of(metadata: Mapping[str, Any], topic: str) -> list[int]:
 
 def es_client(settings: Settings) -> Elasticsearch:
     """The sink's client (same connection settings, serializers and auth)."""
-    from flows import sink_config
+    from flows.config import sink_config
     from sinks.elasticsearch.client import make_client
 
     return make_client(sink_config.connection(settings))

@@ -28,7 +28,7 @@ from flows.cli.common import PartitionOffsets, Problem
 
 if TYPE_CHECKING:
     from flows.config import Settings
-    from flows.fencing import Reset
+    from flows.kafka.fencing import Reset
 
 PROBE_S = 12.0
 """How long both groups' commits are watched before the copy (a flow commits about once an
@@ -189,7 +189,7 @@ def _members(settings: Settings, group: str) -> str | None:
 def _holders(settings: Settings, group: str, changes: list[Change]) -> str:
     """The group's partitions whose commit names a flow instance that may still read them
     (`fencing.holds`)."""
-    from flows.fencing import Owner, holds
+    from flows.kafka.fencing import Owner, holds
 
     topics: dict[str, set[int]] = {}
     for c in changes:
@@ -221,7 +221,7 @@ def metadata(
     group's `previous` commit (`fencing.reset_metadata`: its generation and a recorded pause
     kept, no owner), the topic's partition count, and where it came from; nothing into any
     other group."""
-    from flows.fencing import metadata_fields, reset_metadata
+    from flows.kafka.fencing import metadata_fields, reset_metadata
 
     if target != settings.group_id:
         return ""
@@ -238,7 +238,7 @@ def apply(settings: Settings, source: str, target: str, changes: list[Change]) -
 
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    from flows.fencing import Reset
+    from flows.kafka.fencing import Reset
 
     mark = Reset(int(time.time() * 1000), socket.gethostname() or "?")
     counts: dict[str, int] = {}

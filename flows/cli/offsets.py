@@ -3,7 +3,7 @@ like `kafka-consumer-groups --reset-offsets` and Kafka Connect's offsets API.
 
 A reset while an instance of the group reads a partition would be undone by its next
 commit, so `reset` refuses unless `--force`. Who reads a partition is in the metadata of
-the group's commits (`flows.fencing`): an owner that has not released it holds it while its
+the group's commits (`flows.kafka.fencing`): an owner that has not released it holds it while its
 process runs on this host, or, elsewhere, until its last commit is older than a running
 instance lets pass (`fencing.holds`). A process of the group answering on its status API
 (`--api`, or API_PORT) or a member in the group holds it too; a partition whose commit
@@ -101,7 +101,7 @@ def targets(
 
 
 if TYPE_CHECKING:
-    from flows.fencing import Owner, Reset
+    from flows.kafka.fencing import Owner, Reset
 
 Holder = tuple["Owner", str, list[PartitionOffsets]]
 """An owner that holds partitions (`fencing.holds`), why, and which of them."""
@@ -109,7 +109,7 @@ Holder = tuple["Owner", str, list[PartitionOffsets]]
 
 def holders(parts: list[PartitionOffsets], now_ms: int) -> list[Holder]:
     """The owners that hold some of `parts`, per their committed metadata."""
-    from flows.fencing import Owner, holds
+    from flows.kafka.fencing import Owner, holds
 
     found: dict[str, Holder] = {}
     for p in parts:
@@ -137,7 +137,7 @@ def held(parts: list[PartitionOffsets], now_ms: int) -> list[str]:
 def _ownerless(parts: list[PartitionOffsets]) -> list[PartitionOffsets]:
     """Partitions whose commit names no owner nor a reset: only their commits moving can
     tell that a flow reads them (FENCING=false, an earlier version, never committed)."""
-    from flows.fencing import Owner, Reset
+    from flows.kafka.fencing import Owner, Reset
 
     return [p for p in parts if Owner.parse(p.metadata) is None and Reset.parse(p.metadata) is None]
 
@@ -197,7 +197,7 @@ def alter(
 
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    from flows.fencing import Reset, reset_metadata
+    from flows.kafka.fencing import Reset, reset_metadata
 
     mark = Reset(int(time.time() * 1000), socket.gethostname() or "?")
     tps = [
@@ -228,7 +228,7 @@ def followed(settings: Settings, held_by: list[Holder], mark: Reset) -> None:
     own name, at most its lease. One that keeps the reset's fields followed it; one that
     does not committed its position over it (an earlier version, or its commit crossed the
     reset's): Problem. One that commits nothing within its lease is gone or stuck."""
-    from flows.fencing import Owner, Reset
+    from flows.kafka.fencing import Owner, Reset
 
     waiting = {(p.topic, p.partition): owner for owner, _, mine in held_by for p in mine}
     deadline = time.monotonic() + max(owner.lease_s for owner, _, _ in held_by)

@@ -243,7 +243,7 @@ class Replayer:
     """The flow's processor, sink partition and dead-letter producer, run by hand."""
 
     def __init__(self, settings: Settings, dry_run: bool) -> None:
-        from flows import sink_config
+        from flows.config import sink_config
         from flows.process import Processor
         from sinks.elasticsearch.client import make_client
         from sinks.elasticsearch.partition import EsSinkPartition

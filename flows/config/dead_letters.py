@@ -1,4 +1,4 @@
-"""Dead letters and the error policy: read by flows/sink_config.py (the policy of
+"""Dead letters and the error policy: read by flows/config/sink_config.py (the policy of
 sinks/dead_letter/policy.py, the producer's config), flows/process.py (tombstones, null
 keys)."""
 

@@ -1,4 +1,4 @@
-"""Fencing settings: read by flows/fencing.py (through the source partitions)."""
+"""Fencing settings: read by flows/kafka/fencing.py (through the source partitions)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ environment (text) and a YAML file (text, numbers, lists, maps) both have to be 
 A declaration says everything once: the environment name (also the YAML key, in lower case),
 the default, bounds (`ge`, `le`) or choices (`OneOf`), secrecy (`SecretValue`) and a one-line
 doc. The loader, the error messages, `python -m flows.config` and the docs' tables
-(`devkit.docs`) read it.
+(`tools.devkit.docs`) read it.
 """
 
 from __future__ import annotations

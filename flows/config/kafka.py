@@ -1,4 +1,4 @@
-"""Kafka source settings: read by flows/source.py; `librdkafka()` gives every Kafka client its
+"""Kafka source settings: read by flows/kafka/source.py; `librdkafka()` gives every Kafka client its
 configuration (the source's consumers, the dead-letter producer, the start-up checks and
 `es-sink`'s clients), each the pass-through settings of its own kind."""
 

@@ -1,5 +1,5 @@
 """Process settings: read by flows/es_sink.py (graceful stop, garbage collector clock) and
-flows/discovery.py (the metadata watcher that restarts the process for new partitions)."""
+flows/kafka/discovery.py (the metadata watcher that restarts the process for new partitions)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ class RuntimeSettings(Group):
     gc_interval_s: float = setting(
         "GC_INTERVAL_S",
         10.0,
-        "Seconds between the cyclic garbage collector's runs (flows.collector); 0: Python's",
+        "Seconds between the cyclic garbage collector's runs (flows.runtime.collector); 0: "
+        "Python's",
         ge=0.0,
         le=_GC_WAIT_LIMIT_S,
     )

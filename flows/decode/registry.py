@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from flows import shutdown
 from flows.decode.common import (
     DecodeError,
     Decoder,
@@ -45,6 +44,7 @@ from flows.decode.common import (
     snippet,
 )
 from flows.errors import ConfigError
+from flows.runtime import shutdown
 from sinks import failing
 from sinks.backoff import Backoff
 

@@ -43,7 +43,7 @@ def chosen(which: str) -> list[Server]:
 
 
 # Downloaded on request only (`download connect`), never started by `up`: a test starts
-# its own Kafka Connect worker (devkit.connect).
+# its own Kafka Connect worker (tools.devkit.connect).
 DOWNLOADS = {"connect": connect.download}
 
 

@@ -15,7 +15,7 @@ ES_VERSION = os.environ.get("ES_VERSION", "9.5.4")
 ES_DISTRIBUTION = os.environ.get("ES_DISTRIBUTION", "elasticsearch")
 OPENSEARCH_VERSION = os.environ.get("OPENSEARCH_VERSION", "3.3.0")
 # The one address both servers listen on (and Kafka advertises): loopback unless a harness
-# needs them reachable from other network namespaces (chaos/hosts.py: a bridge address).
+# needs them reachable from other network namespaces (tools/chaos/hosts.py: a bridge address).
 STACK_HOST = os.environ.get("STACK_HOST", "127.0.0.1")
 KAFKA_PORT = int(os.environ.get("KAFKA_PORT", "9092"))
 KAFKA_CONTROLLER_PORT = int(os.environ.get("KAFKA_CONTROLLER_PORT", str(KAFKA_PORT + 1)))

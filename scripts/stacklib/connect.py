@@ -3,7 +3,7 @@ from Maven Central: the tests of `es-sink migrate` run a real worker beside the 
 that a real `connect-<name>` consumer group with real commits exists.
 
 Only the download lives here (`scripts/stack download connect`, run by scripts/provision);
-a test starts its own worker (`devkit.connect`), since a worker belongs to the test that
+a test starts its own worker (`tools.devkit.connect`), since a worker belongs to the test that
 configures its connectors. Maven's Kafka jars hold no Connect runtime, hence a classpath of
 its own, next to the broker's in the cache.
 """

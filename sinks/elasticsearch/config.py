@@ -1,5 +1,5 @@
 """What the Elasticsearch sink needs from the configuration: frozen, built once at start
-(`flows.sink_config` builds them from the settings; the defaults live there, once).
+(`flows.config.sink_config` builds them from the settings; the defaults live there, once).
 
 Compared and hashed by identity (`eq=False`): per-process resources (one client per
 connection, see `client.shared_client`) are cached per config object.

@@ -6,7 +6,7 @@ ingest pipeline runs seconds later. Such a bulk must not land after a newer writ
 same document, so two writers never overlap: the retry of a bulk whose request timed out
 waits for that request (`EsSinkPartition`), and a process that reads the partitions of a
 previous owner that did not release them (a crash, even on this host) waits for that
-owner's bulks (`flows.fencing`).
+owner's bulks (`flows.kafka.fencing`).
 
 Every `_bulk` carries `X-Opaque-Id: es-sink/<owner>/<sink partition>`: the process's
 fencing token and the partition, one value per partition and process. Elastic advises a

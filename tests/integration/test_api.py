@@ -16,9 +16,6 @@ from typing import Any
 
 import pytest
 
-from chaos.flow import consecutive_ports, free_ports
-from chaos.proxy import Proxy
-from devkit.kafka import end_offsets
 from tests.conftest import (
     Services,
     committed_offsets,
@@ -29,6 +26,9 @@ from tests.conftest import (
     start_flow,
     wait_for,
 )
+from tools.chaos.flow import consecutive_ports, free_ports
+from tools.chaos.proxy import Proxy
+from tools.devkit.kafka import end_offsets
 
 pytestmark = pytest.mark.integration
 

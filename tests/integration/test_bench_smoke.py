@@ -32,7 +32,7 @@ KEYS = {
 
 @pytest.mark.timeout(600)  # scripts/provision made the Quix Streams virtualenv
 def test_quick_bench_reports_every_system(services, tmp_path):
-    out = tmp_path / "bench.json"
+    out = tmp_path / "tools.bench.json"
     cmd = [sys.executable, str(ROOT / "scripts" / "bench"), "--quick", "--json", str(out)]
     cmd += ["--bootstrap", services.kafka, "--es", services.es_url]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=540, check=False)
@@ -74,7 +74,7 @@ def test_tiny_bench_runs_the_new_variants(services, tmp_path):
     """2,000 records per variant, the ceiling and flow-1w each (the variants' defaults, no
     latency runs; about 90 s): the bench itself fails a run whose index or dead-letter
     topic does not hold what the variant's dataset says."""
-    out = tmp_path / "bench.json"
+    out = tmp_path / "tools.bench.json"
     cmd = [sys.executable, str(ROOT / "scripts" / "bench"), "--quick", "--records", "2000"]
     cmd += ["--variants", ",".join(NEW_VARIANTS), "--json", str(out)]
     cmd += ["--bootstrap", services.kafka, "--es", services.es_url]
@@ -108,7 +108,7 @@ def test_latency_without_the_harness_refreshing(services, tmp_path):
     """`--lat-poll-ms 0`: no `_refresh` while the records come (at 20 a second they made
     Elasticsearch's per-document cost and the flow's latency the harness's doing), so only
     the indexed latency is measured, from when each record was due."""
-    out = tmp_path / "bench.json"
+    out = tmp_path / "tools.bench.json"
     cmd = [sys.executable, str(ROOT / "scripts" / "bench"), "--quick", "--lat-poll-ms", "0"]
     cmd += ["--systems", "ceiling,flow-1w", "--json", str(out)]
     cmd += ["--bootstrap", services.kafka, "--es", services.es_url]

@@ -104,9 +104,9 @@ def test_chaos_interruptions_lose_nothing(services: Services, mode: str, tmp_pat
 
 def test_ground_truth_and_offset_checks_catch_losses() -> None:
     """Negative control (no services): the harness's own checks must flag a loss."""
-    from chaos.invariants import Durable, Invariants
-    from chaos.truth import build
-    from chaos.workload import Rec
+    from tools.chaos.invariants import Durable, Invariants
+    from tools.chaos.truth import build
+    from tools.chaos.workload import Rec
 
     recs = [
         Rec("good", b"a", b'{"seq":0}', None, 0, 0),
@@ -145,8 +145,8 @@ def test_truth_script_counts_and_deleted_records() -> None:
     """Negative control (no services): every refused record is a bad one whose dead letter is
     due; a counting script's expected count restarts at a delete; records the broker deleted
     unread leave the truth."""
-    from chaos.truth import build
-    from chaos.workload import Rec
+    from tools.chaos.truth import build
+    from tools.chaos.workload import Rec
 
     recs = [
         Rec("good", b"a", b'{"seq":0}', None, 0, 0),
@@ -166,9 +166,9 @@ def test_truth_script_counts_and_deleted_records() -> None:
 def test_strict_stop_parsing_and_workload() -> None:
     """The stop line the flow logs is parsed, and the strict workload has its bad records
     on one partition, the first 50-80% into it."""
-    from chaos.strict import named_record
-    from chaos.truth import build
-    from chaos.workload import generate_strict
+    from tools.chaos.strict import named_record
+    from tools.chaos.truth import build
+    from tools.chaos.workload import generate_strict
 
     line = b"ERROR x: record chaos-1-strict/3@1031 failed at stage index: elasticsearch..."
     assert named_record(line + b"\n" + line.replace(b"@1031", b"@7"), "chaos-1-strict") == (3, 7)
@@ -186,7 +186,7 @@ def test_strict_stop_parsing_and_workload() -> None:
 def test_proxy_relays_refuses_and_blackholes() -> None:
     """The outage proxy forwards bytes, resets connections when refusing, holds them
     without an answer when blackholing, and relays again once restored."""
-    from chaos.proxy import Proxy
+    from tools.chaos.proxy import Proxy
 
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]

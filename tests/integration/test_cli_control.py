@@ -12,7 +12,6 @@ from unittest.mock import ANY
 
 import pytest
 
-from chaos.flow import consecutive_ports, free_ports
 from tests.conftest import (
     committed_offsets,
     count_docs,
@@ -24,6 +23,7 @@ from tests.conftest import (
     start_flow,
     wait_for,
 )
+from tools.chaos.flow import consecutive_ports, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -135,7 +135,7 @@ def test_stop_drains_commits_exits_0_and_says_what_was_committed(services, es, n
     assert {f"{topic}/{p}": o for p, o in by_partition.items()} == _committed_in(line)
     last = log.read_text().strip().splitlines()[-1]
     assert last.endswith(
-        f"INFO flows.lifecycle: stopped (PUT /stop): indexed 40 documents, dead-lettered 0 "
+        f"INFO flows.runtime.lifecycle: stopped (PUT /stop): indexed 40 documents, dead-lettered 0 "
         f"records; committed {' '.join(f'{k}@{v}' for k, v in sorted(_committed_in(line).items()))}"
         f"; exit status 0"
     ), last

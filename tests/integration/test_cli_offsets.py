@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from chaos.flow import free_ports
 from tests.conftest import (
     committed_offsets,
     create_topic,
@@ -25,6 +24,7 @@ from tests.conftest import (
     start_flow,
     wait_for,
 )
+from tools.chaos.flow import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def test_reset_to_a_time_sets_the_first_offset_at_or_after_it(services, names) -
 
     # The reset's commits keep the partition count and the owner's generation, name no
     # owner (a flow would take them for its own) and say that the reset made them.
-    from flows.fencing import Owner, Reset
+    from flows.kafka.fencing import Owner, Reset
 
     kept = _metadata(services.kafka, group, topic)
     assert [m.split(" reset-by=")[0] for m in kept] == ["es-sink partitions=2 gen=1"] * 2

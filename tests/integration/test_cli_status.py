@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from devkit.kafka import end_offsets
 from tests.conftest import committed_offsets, count_docs, create_topic, produce, run_cli, run_flow
+from tools.devkit.kafka import end_offsets
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from chaos.flow import free_ports
 from tests.conftest import Services, create_topic, start_flow, wait_for
+from tools.chaos.flow import free_ports
 
 pytestmark = pytest.mark.integration
 

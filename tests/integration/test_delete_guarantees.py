@@ -17,8 +17,6 @@ from pathlib import Path
 import orjson
 import pytest
 
-from chaos.flow import free_ports
-from devkit.wait import wait_for
 from tests.conftest import (
     Services,
     committed_offsets,
@@ -29,6 +27,8 @@ from tests.conftest import (
     search_all,
     start_flow,
 )
+from tools.chaos.flow import free_ports
+from tools.devkit.wait import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat("elasticsearch")]
 

@@ -31,8 +31,6 @@ from typing import Any
 import orjson
 import pytest
 
-from devkit.es import hits_by_id
-from devkit.kafka import end_offsets
 from tests.conftest import (
     ROOT,
     Services,
@@ -43,6 +41,8 @@ from tests.conftest import (
     start_flow,
     wait_for,
 )
+from tools.devkit.es import hits_by_id
+from tools.devkit.kafka import end_offsets
 
 pytestmark = [pytest.mark.system, pytest.mark.long]
 

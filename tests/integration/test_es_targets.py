@@ -9,8 +9,8 @@ import urllib.request
 import orjson
 import pytest
 
-from chaos.flow import free_ports
 from tests.conftest import count_docs, create_topic, produce, run_flow, start_flow, wait_for
+from tools.chaos.flow import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat("elasticsearch")]
 

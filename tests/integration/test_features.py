@@ -366,7 +366,7 @@ def test_schema_registry_outage_stops_the_flow_instead_of_dead_lettering(
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from chaos.flow import free_ports
+    from tools.chaos.flow import free_ports
 
     topic = _topic(services, names, "sr-down")
     dlq = _topic(services, names, "sr-down-dlq")

@@ -23,9 +23,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from devkit.kafka import committed as kafka_commits
-from devkit.kafka import end_offsets
-from flows.fencing import FENCED_EXIT_STATUS, Owner
+from flows.kafka.fencing import FENCED_EXIT_STATUS, Owner
 from tests.conftest import (
     Services,
     consume_all,
@@ -37,6 +35,8 @@ from tests.conftest import (
     wait_for,
 )
 from tests.es_proxy import BulkCall, EsProxy
+from tools.devkit.kafka import committed as kafka_commits
+from tools.devkit.kafka import end_offsets
 
 pytestmark = pytest.mark.integration
 

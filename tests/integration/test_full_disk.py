@@ -118,7 +118,7 @@ def test_a_full_recovery_disk_stops_the_flow_and_a_restart_loses_nothing(
     line = [ln for ln in output.splitlines() if f"recovery directory {recovery}:" in ln]
     assert len(line) == 1, output[-3000:]
     assert re.search(
-        rf"ERROR flows.recovery_failure: recovery directory {re.escape(str(recovery))}: "
+        rf"ERROR flows.runtime.recovery_failure: recovery directory {re.escape(str(recovery))}: "
         r"database or disk is full \(SQLite DiskFull, 0\.\d MiB free of 4\.0 MiB\); the flow "
         r"stopped at the snapshot it could not write and committed nothing past the last one "
         r"the store holds: free space there and start it again, it resumes from there$",

@@ -7,8 +7,8 @@ import base64
 
 import pytest
 
-from devkit.es import hits_by_id
 from tests.conftest import committed_offsets, create_topic, produce, run_flow
+from tools.devkit.es import hits_by_id
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ chance, during its controlled shutdown; `tests.kafka_proxy` relays the real brok
 gives it on demand, then closes the connection as that broker does, with the answer made
 slow to parse so that librdkafka handles it in the order of #5301 (see its docstring). A
 leader query answered that way leaves librdkafka 2.16 with no broker; the test checks that
-`flows.consumers` replaced the consumer and reads on with nothing lost or read twice.
+`flows.kafka.consumers` replaced the consumer and reads on with nothing lost or read twice.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
-from flows.consumers import WorkerConsumer
+from flows.kafka.consumers import WorkerConsumer
 from tests.conftest import Services, create_topic, produce
 from tests.kafka_proxy import KafkaProxy
 

@@ -40,7 +40,8 @@ def test_a_stop_at_the_end_says_what_it_wrote_and_committed(
     assert run.returncode == 0, run.output[-3000:]
     line = last_line(run.output)
     assert re.search(
-        rf"INFO flows.lifecycle: stopped \(end of the topics, KAFKA_STOP_AT_END\): indexed 30 "
+        rf"INFO flows.runtime.lifecycle: stopped \(end of the topics, KAFKA_STOP_AT_END\): "
+        rf"indexed 30 "
         rf"documents, dead-lettered 0 records; committed {topic}/0@\d+ {topic}/1@\d+; "
         rf"exit status 0$",
         line,
@@ -70,7 +71,7 @@ def test_a_signalled_stop_ends_with_its_summary(
     assert "node_pool" not in output, output
     line = last_line(output)
     assert line.endswith(
-        f"INFO flows.lifecycle: stopped (signal): indexed 20 documents, dead-lettered 0 "
+        f"INFO flows.runtime.lifecycle: stopped (signal): indexed 20 documents, dead-lettered 0 "
         f"records; committed {topic}/0@20; exit status 0"
     ), line
 
@@ -84,12 +85,14 @@ def test_a_halt_says_its_reason_last(services: Services, names: Callable[[str], 
     run = run_flow(services, env)
     assert run.returncode == 1, run.output[-3000:]
     lines = run.output.rstrip().splitlines()
-    stop = next(i for i, line in enumerate(lines) if "flows.lifecycle: stopped (halted)" in line)
+    stop = next(
+        i for i, line in enumerate(lines) if "flows.runtime.lifecycle: stopped (halted)" in line
+    )
     # Nothing past the record it stops on is committed (here usually nothing at all).
     committed = re.search(rf"committed {topic}/0@(-|\d+); exit status 1$", lines[stop])
     assert committed and committed.group(1) in ("-", "0", "1", "2", "3", "4", "5"), lines[stop]
     assert "Traceback (most recent call last):" in lines[stop + 1 :]  # Bytewax's, before ours
     assert re.search(
-        rf"ERROR flows.lifecycle: halted: record {topic}/0@5 failed at stage deserialize: ",
+        rf"ERROR flows.runtime.lifecycle: halted: record {topic}/0@5 failed at stage deserialize: ",
         lines[-1],
     ), lines[-1]

@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 import yaml
 
-from devkit.connect import Worker
-from devkit.kafka import add_partitions, committed
-from flows.fencing import Owner, metadata_fields
+from flows.kafka.fencing import Owner, metadata_fields
 from sinks.elasticsearch.index_names import connect_index_name
 from tests.conftest import Services, create_topic, produce, run_cli, run_flow, wait_for
+from tools.devkit.connect import Worker
+from tools.devkit.kafka import add_partitions, committed
 
 pytestmark = pytest.mark.system
 

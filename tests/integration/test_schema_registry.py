@@ -266,7 +266,7 @@ def test_the_avro_demo_runs_end_to_end(services, es, names, registry):
         "SCHEMA_REGISTRY_URL": registry.url,
         "PYTHONPATH": str(ROOT),
     }
-    cmd = [sys.executable, "-m", "demo.run", "--format", "avro", "--count", "300"]
+    cmd = [sys.executable, "-m", "tools.demo.run", "--format", "avro", "--count", "300"]
     proc = subprocess.run(
         [*cmd, "--topic", topic], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
     )

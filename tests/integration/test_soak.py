@@ -6,7 +6,7 @@ restarted by SIGTERM (each stop must exit 0); resources are sampled every 5 s, l
 ~20 times a second. Passes when the audit finds nothing lost, wrong or extra, every bad
 record and no good one dead-lettered, offsets at the end, every stop exited 0, no process
 crashed, every sampled record showed up, and descriptors, threads and the recovery store
-stayed flat (`chaos.soak_report`). Three minutes leave no quiet stretch to judge memory on:
+stayed flat (`tools.chaos.soak_report`). Three minutes leave no quiet stretch to judge memory on:
 RSS is reported; the full 30-minute run judges it (docs/soak.md).
 """
 
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos.soak import Plan, Soak
-from chaos.soak_report import passed, report, summary, write
 from tests.conftest import Services
+from tools.chaos.soak import Plan, Soak
+from tools.chaos.soak_report import passed, report, summary, write
 
 pytestmark = [pytest.mark.system, pytest.mark.long]
 

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from flows.config import Settings
-from flows.source import find_topics
+from flows.kafka.source import find_topics
 from tests.conftest import (
     ROOT,
     committed_offsets,

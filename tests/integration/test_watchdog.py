@@ -1,5 +1,5 @@
 """A two-process cluster whose peer stops answering ends with one line instead of hanging
-(flows.watchdog); an Elasticsearch outage, which stalls epochs too, does not end it."""
+(flows.api.watchdog); an Elasticsearch outage, which stalls epochs too, does not end it."""
 
 from __future__ import annotations
 
@@ -14,9 +14,6 @@ from typing import Any
 
 import pytest
 
-from chaos.flow import consecutive_ports, free_ports
-from chaos.proxy import Proxy
-from devkit.kafka import end_offsets
 from tests.conftest import (
     Services,
     committed_offsets,
@@ -27,6 +24,9 @@ from tests.conftest import (
     start_flow,
     wait_for,
 )
+from tools.chaos.flow import consecutive_ports, free_ports
+from tools.chaos.proxy import Proxy
+from tools.devkit.kafka import end_offsets
 
 pytestmark = pytest.mark.integration
 

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from flows import control, halt, shutdown
+from flows import halt
 from flows.api.server import openapi_document
 from flows.api.state import ProcessState
 from flows.config import Settings
 from flows.errors import ConfigError, RecordFailedError
-from flows.runtime import RunArgs
+from flows.runtime import control, shutdown
+from flows.runtime.args import RunArgs
 from sinks import failing, progress
 from sinks.backoff import Backoff, under_way
 
@@ -148,7 +149,7 @@ def kafka_says(
 ) -> ProcessState:
     """A process reading t/0 at `position`, and Kafka answering `committed` and `end`."""
     from flows.api import state as state_module
-    from flows.source import PartitionView
+    from flows.kafka.source import PartitionView
 
     view = PartitionView("t", 0, position, committed, False, None, None)
     monkeypatch.setattr(state_module, "partitions", lambda: [view])

@@ -1,4 +1,4 @@
-"""The latency runs' senders stamp pre-encoded documents (`bench.data.LatencyDocs`): record
+"""The latency runs' senders stamp pre-encoded documents (`tools.bench.data.LatencyDocs`): record
 `seq` must be `make_doc`'s document `seq % POOL` with `lat_seq` and `lat_ts` set, encoded
 as `orjson.dumps` would, so that cheaper senders send documents of the same shape; and
 `lat_ts` is when a record was due."""
@@ -10,7 +10,7 @@ import random
 import orjson
 import pytest
 
-from bench.data import SEED, LatencyDocs, due_time_ms, make_doc
+from tools.bench.data import SEED, LatencyDocs, due_time_ms, make_doc
 
 
 @pytest.mark.parametrize("variant", ["small", "large"])

@@ -1,4 +1,4 @@
-"""`bench.micro`'s inline reference for the example's transforms is only a reference if it
+"""`tools.bench.micro`'s inline reference for the example's transforms is only a reference if it
 does the flow's work: it must give the processor's documents (ids and `_source`s), as many,
 in any order (the processor groups them by sink partition)."""
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from bench import micro
-from bench.variants import example_transforms
 from flows.config import Settings
 from flows.process import Processor
 from flows.transforms import build_transforms
+from tools.bench import micro
+from tools.bench.variants import example_transforms
 
 
 @pytest.fixture

@@ -1,13 +1,13 @@
-"""The pure parts of `scripts/hosts` (chaos.hosts*): no root, no network, no namespaces."""
+"""The pure parts of `scripts/hosts` (tools.chaos.hosts*): no root, no network, no namespaces."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from chaos import hosts_net as net
-from chaos.audit import AuditResult
-from chaos.hosts import Outcome, parse_args
-from chaos.hosts_cluster import move_partitions, why
+from tools.chaos import hosts_net as net
+from tools.chaos.audit import AuditResult
+from tools.chaos.hosts import Outcome, parse_args
+from tools.chaos.hosts_cluster import move_partitions, why
 
 
 def test_hosts_have_distinct_addresses_and_short_link_names() -> None:
@@ -37,7 +37,7 @@ def test_why_prefers_the_watchdog_line_over_a_panic(tmp_path: Path) -> None:
     log = tmp_path / "p.log"
     log.write_text(
         "INFO start\n"
-        "ERROR flows.watchdog: cluster stalled: no epoch closed for 16s ...\n"
+        "ERROR flows.api.watchdog: cluster stalled: no epoch closed for 16s ...\n"
         "pyo3_runtime.PanicException: Send thread panic: Any { .. }\n"
     )
     assert why(log).startswith("cluster stalled: no epoch closed for 16s")

@@ -1,4 +1,4 @@
-"""`chaos.outage.sigterm_during_outage`'s accounting, with a stand-in flow and proxy (no
+"""`tools.chaos.outage.sigterm_during_outage`'s accounting, with a stand-in flow and proxy (no
 processes, no network): what it counts as a false clean exit."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any, cast
 
 import pytest
 
-from chaos import outage
-from chaos.outage import OutageStats, sigterm_during_outage
+from tools.chaos import outage
+from tools.chaos.outage import OutageStats, sigterm_during_outage
 
 
 class _Flow:
@@ -89,7 +89,10 @@ def test_exit_0_with_records_uncommitted_at_exit_is_counted(twice: bool) -> None
 def test_exit_0_of_a_process_with_nothing_in_flight_is_not_counted() -> None:
     """Still waiting to own its partitions (a dead owner's bulks, which the cut hides), or
     with no request it had to retry, it had nothing to flush: its exit 0 is a clean stop."""
-    line = "INFO flows.lifecycle: stopped (signal): indexed 0 documents, dead-lettered 0 records"
+    line = (
+        "INFO flows.runtime.lifecycle: stopped (signal): indexed 0 documents, "
+        "dead-lettered 0 records"
+    )
     stats, _, _ = _run(0, lambda: False, log_text=f"{line}; committed t/0@5; exit status 0\n")
     assert (stats.outages, stats.exit0) == (1, 0)
     line = line.replace("indexed 0", "indexed 3")

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from chaos.runner import RANDOM_PLANS, Chaos
+from tools.chaos.runner import RANDOM_PLANS, Chaos
 
 
 class Tails(random.Random):

@@ -9,10 +9,10 @@ from bisect import bisect_left
 
 import pytest
 
-from chaos.grow import Moves
-from chaos.invariants import Durable, Invariants
-from chaos.truth import INFINITY, GroundTruthError, Truth, build
-from chaos.workload import Rec, generate, growth, partition_for
+from tools.chaos.grow import Moves
+from tools.chaos.invariants import Durable, Invariants
+from tools.chaos.truth import INFINITY, GroundTruthError, Truth, build
+from tools.chaos.workload import Rec, generate, growth, partition_for
 
 
 def _moved() -> list[Rec]:

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from flows import fencing
 from flows.cli.common import PartitionOffsets
 from flows.cli.offsets import _ownerless, held
+from flows.kafka import fencing
 
 NOW = 1_767_225_600_000
 

@@ -1,4 +1,4 @@
-"""flows.collector, in a child process: it turns the collector off process-wide."""
+"""flows.runtime.collector, in a child process: it turns the collector off process-wide."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 CHILD = """
 import gc, time, weakref
-from flows import collector
+from flows.runtime import collector
 
 class Node:
     pass
@@ -78,7 +78,7 @@ class _Stop(Exception):
 
 def _waits(interval: float, longest: float, found: list[int]) -> list[float]:
     """The clock's sleeps while `collect` finds `found`, one after the other."""
-    from flows.collector import run_clock
+    from flows.runtime.collector import run_clock
 
     results = iter(found)
     waits: list[float] = []

@@ -1,7 +1,7 @@
 """The configuration reference (docs/configuration.md) and the README's short table say what
 the declarations (flows/config) say.
 
-The page's tables are generated from the declarations (`python -m devkit.docs`), so a
+The page's tables are generated from the declarations (`python -m tools.devkit.docs`), so a
 setting added, removed or changed there fails here until the page is written again; the
 notes under each table name only declared settings of that table's group, once each. The
 README's table of the settings most users set names declared settings with their defaults.
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from devkit import docs
 from flows.config import Settings
 from flows.config.docs import groups, json_schema, markdown, shown_default, variable
+from tools.devkit import docs
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "configuration.md"
@@ -45,7 +45,7 @@ def sections() -> list[tuple[str, str]]:
 
 def test_the_generated_parts_are_up_to_date() -> None:
     stale = [str(p.relative_to(ROOT)) for p in docs.stale(docs.pages())]
-    assert stale == [], "out of date: run python -m devkit.docs"
+    assert stale == [], "out of date: run python -m tools.devkit.docs"
 
 
 def test_every_settings_group_has_one_table_on_the_page() -> None:

@@ -1,5 +1,5 @@
 """A ConfigError that ends the process mid-flow is its one line, not a traceback
-(flows.config_failure)."""
+(flows.runtime.config_failure)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from flows import config_failure
 from flows.errors import ConfigError
+from flows.runtime import config_failure
 
 LINE = "ES_HOSTS: http://h:9200 runs Elasticsearch 7.17.0, which the sink does not support (x)"
 

@@ -1,4 +1,4 @@
-"""One consumer per worker (flows.consumers): records sorted into their partitions'
+"""One consumer per worker (flows.kafka.consumers): records sorted into their partitions'
 queues, consuming only while they hold little, commit answers routed; a fake librdkafka consumer for
 fault injection only (the real broker: the integration tests, which all read through it)."""
 
@@ -11,11 +11,13 @@ import orjson
 import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from flows import consumers, control, halt, shutdown
+from flows import halt
 from flows.config import Settings
-from flows.consumers import BROKERLESS_REPORTS, READY_BATCHES, WorkerConsumer
 from flows.errors import RecordFailedError
-from flows.source import KafkaSourcePartition
+from flows.kafka import consumers
+from flows.kafka.consumers import BROKERLESS_REPORTS, READY_BATCHES, WorkerConsumer
+from flows.kafka.source import KafkaSourcePartition
+from flows.runtime import control, shutdown
 
 
 class ScriptedConsumer:

@@ -1,7 +1,7 @@
 """Pause, resume, stop and restart without a flow behind them: the pause a commit records
-(flows.control), what a source partition commits for it (flows.source), the operator's
-stop and restart (flows.shutdown, flows.discovery) and what `es-sink stop` and `es-sink
-restart` conclude from the status API's answers (flows.cli.control)."""
+(flows.runtime.control), what a source partition commits for it (flows.kafka.source), the
+operator's stop and restart (flows.runtime.shutdown, flows.kafka.discovery) and what `es-sink
+stop` and `es-sink restart` conclude from the status API's answers (flows.cli.control)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from flows import control, discovery, halt, lifecycle, shutdown
+from flows import halt
 from flows.cli.control import Answer, Restarted, Stopped, missing_processes
 from flows.config import Settings
+from flows.kafka import discovery
+from flows.runtime import control, lifecycle, shutdown
 from tests.unit.test_source import FakeConsumer, own_consumer, read
 
 
@@ -66,7 +68,7 @@ def test_a_start_is_paused_by_the_earliest_pause_recorded_and_says_so_once(
         "es-sink paused=1767225500000 paused_by=alice@a",
         None,
     ]
-    with caplog.at_level(logging.INFO, logger="flows.control"):
+    with caplog.at_level(logging.INFO, logger="flows.runtime.control"):
         restored = control.restore(metadata, "orders-group")
     assert restored == control.Pause(1767225500000, "alice@a")
     assert control.paused and control.current() == restored
@@ -126,7 +128,7 @@ class MetadataConsumer(FakeConsumer):
 
 @pytest.fixture
 def source(monkeypatch: pytest.MonkeyPatch) -> Any:
-    from flows.source import KafkaSourcePartition
+    from flows.kafka.source import KafkaSourcePartition
 
     own_consumer(monkeypatch, MetadataConsumer)
     monkeypatch.setattr(halt, "HELD", {})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from demo.run import addresses
+from tools.demo.run import addresses
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,12 +24,12 @@ def test_scripts_demo_resets_only_the_stack_it_started() -> None:
     assert (
         script.index("scripts/stack up")
         < script.index("unset KAFKA_BOOTSTRAP_SERVERS ES_HOSTS")
-        < script.index("-m demo.run")
+        < script.index("-m tools.demo.run")
     )
 
 
 def test_the_avro_demo_follows_the_stack_registry() -> None:
-    from demo.avro import registry_url
+    from tools.demo.avro import registry_url
 
     assert registry_url({}) == "http://127.0.0.1:8081/apis/ccompat/v7"
     assert registry_url({"REGISTRY_PORT": "29081"}) == "http://127.0.0.1:29081/apis/ccompat/v7"

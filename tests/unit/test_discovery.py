@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flows.discovery import Change, diff, exit_action
+from flows.kafka.discovery import Change, diff, exit_action
 
 
 def test_diff_reports_new_partitions_and_new_topics_only():
@@ -66,8 +66,8 @@ def _settings(**env: str):
 def test_version_offset_start_refuses_a_topic_of_more_than_one_partition():
     """Whatever the group committed: a key written to two partitions compares offsets
     that do not order its writes."""
-    from flows.discovery import offsets_comparable
     from flows.errors import ConfigError
+    from flows.kafka.discovery import offsets_comparable
 
     with pytest.raises(ConfigError, match=r"^VERSION: topic t has 2 partitions and VERSION=offset"):
         offsets_comparable(_settings(), {"t": [0, 1]})
@@ -77,7 +77,7 @@ def test_version_offset_with_ids_per_partition_accepts_many_partitions_and_added
     monkeypatch,
 ):
     """DOC_ID=coordinates: a document per record, whose versions come from one partition."""
-    from flows import discovery
+    from flows.kafka import discovery
 
     checked: list[object] = []
     monkeypatch.setattr(discovery, "Consumer", lambda conf: _Closing(checked))
@@ -107,7 +107,8 @@ class _Closing(_Committed):
 def test_version_offset_stops_the_flow_when_a_topic_spreads_over_partitions_while_running(
     monkeypatch, change, named
 ):
-    from flows import discovery, shutdown
+    from flows.kafka import discovery
+    from flows.runtime import shutdown
 
     requested: list[str] = []
     monkeypatch.setattr(shutdown, "request", lambda why, **_: requested.append(why))
@@ -119,7 +120,8 @@ def test_version_offset_stops_the_flow_when_a_topic_spreads_over_partitions_whil
 
 
 def test_version_offset_with_ids_per_partition_restarts_for_added_partitions(monkeypatch):
-    from flows import discovery, shutdown
+    from flows.kafka import discovery
+    from flows.runtime import shutdown
 
     monkeypatch.setattr(shutdown, "request", lambda why, **_: None)
     monkeypatch.setattr(discovery, "restart_argv", lambda: ["flow"])
@@ -163,7 +165,7 @@ class _Broker:
 
 
 def _grown(monkeypatch, committed_at, ends, partitions=None):
-    from flows import discovery
+    from flows.kafka import discovery
 
     monkeypatch.setattr(_Broker, "committed_at", committed_at)
     monkeypatch.setattr(_Broker, "ends", ends)

@@ -26,7 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CODE_DIRS = ("flows", "sinks", "chaos", "bench", "devkit", "demo", "scripts", "tests")
+CODE_DIRS = ("flows", "sinks", "tools", "scripts", "tests")
 """Whose docstrings and comments are read."""
 
 NOT_SOURCE = {".git", ".venv", "venv", "build", "dist", "recovery", "site"}
@@ -162,7 +162,7 @@ def test_every_named_path_exists(path: Path) -> None:
             "`scripts/no-such-script`, tests/unit/gone/",
             ["scripts/no-such-script", "tests/unit/gone/"],
         ),
-        ("flows/config/fields.py:138, flows/source.py::next_batch.", []),
+        ("flows/config/fields.py:138, flows/kafka/source.py::next_batch.", []),
         ("docs/bench/{name}.json and tests/unit/test_*.py, flows/decode/<format>.py", []),
         ("docs/nowhere/{name}.json", ["docs/nowhere"]),
         ("https://example.com/flows/config.py and owner/repo:docs/x.md", []),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from devkit.mkdocs_hooks import unescape_pipes
+from tools.devkit.mkdocs_hooks import unescape_pipes
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,8 +13,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 from prometheus_client import REGISTRY
 
-from flows import sink_config
-from flows.config import Settings
+from flows.config import Settings, sink_config
 from flows.errors import ConfigError
 from flows.process import Processor, is_documents
 from sinks.dead_letter.policy import LOGGED_VALUE_CHARS, PAYLOAD_QUOTE, ErrorPolicy

@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from flows import control, fencing, halt, shutdown
+from flows import halt
 from flows.config import Settings
-from flows.fencing import Owner, metadata_fields
-from flows.source import KafkaSourcePartition
+from flows.kafka import fencing
+from flows.kafka.fencing import Owner, metadata_fields
+from flows.kafka.source import KafkaSourcePartition
+from flows.runtime import control, shutdown
 from sinks.elasticsearch import tasks
 from tests.unit.test_source import FakeConsumer, own_consumer
 
@@ -242,7 +244,7 @@ def test_another_tools_commit_is_overwritten_with_a_warning(
     part.next_batch()
     epoch(part)  # commits 3 under its name
     BROKER.offset, BROKER.metadata = 0, ""  # e.g. kafka-consumer-groups --reset-offsets
-    with caplog.at_level(logging.WARNING, logger="flows.fencing"):
+    with caplog.at_level(logging.WARNING, logger="flows.kafka.fencing"):
         epoch(part)
     assert BROKER.commits[-1] == (3, f"es-sink {owner(part).words()}")
     (line,) = [r.getMessage() for r in caplog.records if "another tool" in r.getMessage()]
@@ -308,7 +310,7 @@ def test_a_newer_owner_that_released_the_partition_is_taken_back_with_one_warnin
     assert BROKER.metadata is not None and BROKER.metadata.endswith(" released")
     assert "waiting" not in BROKER.metadata
     more(older)
-    with caplog.at_level(logging.WARNING, logger="flows.fencing"):
+    with caplog.at_level(logging.WARNING, logger="flows.kafka.fencing"):
         assert len(epoch(older)) == 1  # takes it back under its name and reads on
         assert BROKER.commits[-1] == (3, f"es-sink {owner(older).words()}")
         epoch(older)
@@ -328,7 +330,7 @@ def test_a_newer_owner_gone_before_reading_is_taken_back_after_its_lease(
     newer = make(FENCE_WAIT_S="600")  # announces itself, then crashes: never beats
     commits = list(BROKER.commits)
     more(older)
-    with caplog.at_level(logging.WARNING, logger="flows.fencing"):
+    with caplog.at_level(logging.WARNING, logger="flows.kafka.fencing"):
         assert epoch(older) == []  # held: reads and commits nothing
         assert older.next_batch() == []
         assert BROKER.commits == commits
@@ -507,7 +509,7 @@ def test_taking_back_below_the_own_position_reads_again_from_the_release(
     shutdown._requested.clear()
     assert BROKER.offset == 3 and BROKER.metadata is not None
     assert BROKER.metadata.endswith(" released")
-    with caplog.at_level(logging.WARNING, logger="flows.source"):
+    with caplog.at_level(logging.WARNING, logger="flows.kafka.source"):
         assert epoch(older) == []  # (the fake consumer serves nothing after a move)
     assert older._next == older._emitted == 3
     assert older._shared._assigned[("t", 0)] == 3  # fetched again from 3
@@ -666,7 +668,7 @@ def test_a_reset_is_followed_over_the_recovery_snapshot_once(
     with pytest.raises(StopIteration):
         first.next_batch()  # committed 3, released
     reset_commit(0)  # es-sink offsets reset --to earliest
-    with caplog.at_level(logging.INFO, logger="flows.source"):
+    with caplog.at_level(logging.INFO, logger="flows.kafka.source"):
         again = make(3)  # its recovery snapshot says 3
     assert again._next == 0
     (line,) = [m for m in caplog.messages if "starts at" in m]
@@ -679,7 +681,7 @@ def test_a_reset_is_followed_over_the_recovery_snapshot_once(
     # Stopped (or crashed) before a snapshot from 0 on is durable: it still starts at 0.
     # (FENCE_WAIT_S=0: every "instance" here is this process, which runs.)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="flows.source"):
+    with caplog.at_level(logging.INFO, logger="flows.kafka.source"):
         assert make(3, FENCE_WAIT_S="0")._next == 0
     (line,) = [m for m in caplog.messages if "starts at" in m]
     assert "(group es-sink committed offset, following es-sink offsets reset at " in line
@@ -707,7 +709,7 @@ def test_a_followed_reset_whose_snapshot_resumes_where_the_group_is_overrides_no
     with pytest.raises(StopIteration):
         part.next_batch()
     assert BROKER.commits[-1] == (3, f"es-sink {RESET_WORDS} {owner(part).words()} released")
-    with caplog.at_level(logging.INFO, logger="flows.source"):
+    with caplog.at_level(logging.INFO, logger="flows.kafka.source"):
         again = make(3)
     (line,) = [m for m in caplog.messages if "starts at" in m]
     assert line == "source partition t/0 starts at offset 3 (recovery snapshot); log end 3"

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from flows.config import Settings
 from flows.config.kafka import CONSUMER_ONLY, PRODUCER_ONLY, ClientKind
-from flows.sink_config import dead_letters
+from flows.config.sink_config import dead_letters
 
 NOWHERE = "127.0.0.1:1"
 

@@ -140,6 +140,6 @@ def test_the_flow_never_imports_the_command(path: Path) -> None:
     assert edges([path], "flows.cli") == []
 
 
-def test_the_command_never_imports_devkit() -> None:
+def test_the_command_never_imports_the_tools() -> None:
     """The installed command must run without the repository's test helpers."""
-    assert edges(sorted((ROOT / "flows" / "cli").rglob("*.py")), "devkit") == []
+    assert edges(sorted((ROOT / "flows" / "cli").rglob("*.py")), "tools") == []

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from flows import halt, lifecycle, shutdown
+from flows import halt
 from flows.config import Settings
 from flows.errors import RecordFailedError
+from flows.runtime import lifecycle, shutdown
 
 Exit = tuple[Callable[..., Any], tuple[Any, ...]]
 
@@ -56,7 +57,7 @@ def test_a_halt_says_its_reason_after_the_stop_line(
     error = RecordFailedError("t/0@5", "deserialize", "invalid JSON")
     halt.hold("t", 0, 5, error)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="flows.lifecycle"):
+    with caplog.at_level(logging.INFO, logger="flows.runtime.lifecycle"):
         try:
             raise RuntimeError("error calling `StatefulSourcePartition.next_batch`") from error
         except RuntimeError as e:
@@ -87,7 +88,7 @@ def test_a_halt_names_an_earlier_record_elasticsearch_refused_meanwhile(
     policy = ErrorPolicy(ErrorTolerance(False, 0, 0.0, 0), "sink partition es-0000")
     refusals.register([letter], policy)
     try:
-        with caplog.at_level(logging.INFO, logger="flows.lifecycle"):
+        with caplog.at_level(logging.INFO, logger="flows.runtime.lifecycle"):
             run_exit(exiting)
     finally:
         refusals.clear_refusals()
@@ -99,7 +100,7 @@ def test_a_clean_stop_is_status_0_and_one_line(
     exiting: list[Exit], caplog: pytest.LogCaptureFixture
 ) -> None:
     lifecycle.install(Settings.load({"KAFKA_TOPICS": "t", "KAFKA_STOP_AT_END": "true"}))
-    with caplog.at_level(logging.INFO, logger="flows.lifecycle"):
+    with caplog.at_level(logging.INFO, logger="flows.runtime.lifecycle"):
         run_exit(exiting)
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith("stopped (end of the topics, KAFKA_STOP_AT_END): ")

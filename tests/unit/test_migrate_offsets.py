@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from flows.cli.migrate_offsets import Change, _auto, metadata
 from flows.config import Settings
-from flows.fencing import Owner, Reset, metadata_fields
+from flows.kafka.fencing import Owner, Reset, metadata_fields
 
 
 def settings(**env: str) -> Settings:

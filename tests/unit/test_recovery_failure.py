@@ -1,4 +1,4 @@
-"""The line a failed recovery-store write ends the process with (flows.recovery_failure)."""
+"""The line a failed recovery-store write ends the process with (flows.runtime.recovery_failure)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flows import recovery_failure
-from flows.runtime import RunArgs
+from flows.runtime import recovery_failure
+from flows.runtime.args import RunArgs
 
 PANIC = (
     "(src/run.rs:167:13) called `Result::unwrap()` on an `Err` value: SqliteFailure(Error "

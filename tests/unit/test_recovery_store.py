@@ -15,7 +15,7 @@ from bytewax.recovery import RecoveryConfig, init_db_dir
 from bytewax.testing import TestingSource, run_main
 
 from flows.errors import ConfigError
-from flows.recovery_store import SOURCE_KEY, sink_parts, stored_keys
+from flows.runtime.recovery_store import SOURCE_KEY, sink_parts, stored_keys
 
 
 class _Part(StatefulSinkPartition[int, None]):

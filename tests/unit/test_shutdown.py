@@ -1,4 +1,4 @@
-"""The graceful stop's bound (flows.shutdown), without sending real signals."""
+"""The graceful stop's bound (flows.runtime.shutdown), without sending real signals."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from flows import shutdown
+from flows.runtime import shutdown
 
 
 @pytest.fixture

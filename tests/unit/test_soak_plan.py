@@ -1,10 +1,10 @@
-"""The soak's schedule and its verdict on resources (chaos.soak, chaos.soak_report)."""
+"""The soak's schedule and its verdict on resources (tools.chaos.soak, tools.chaos.soak_report)."""
 
 from __future__ import annotations
 
-from chaos.soak import Plan
-from chaos.soak_report import per_run, store_grew, unflat, windows
-from chaos.soak_watch import Sample
+from tools.chaos.soak import Plan
+from tools.chaos.soak_report import per_run, store_grew, unflat, windows
+from tools.chaos.soak_watch import Sample
 
 FULL = Plan(
     minutes=30, restart_every_s=600, slow_every_s=600, slow_s=60, sample_s=60, window_s=300,

@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_INVALID, KafkaError, Message, TopicPartition
 
-from flows import consumers, halt, shutdown
+from flows import halt
 from flows.config import Settings
 from flows.errors import RecordFailedError
+from flows.kafka import consumers
+from flows.kafka.source import KafkaSourcePartition
 from flows.process import Processor
-from flows.source import KafkaSourcePartition
+from flows.runtime import shutdown
 
 
 class FakeConsumer:
@@ -370,13 +372,13 @@ def test_a_log_cut_back_below_the_position_is_read_again_from_its_start(retentio
                 read(part)
 
 
-# ------------------------------------------- a partition added to a topic (flows.discovery)
+# ------------------------------------------- a partition added to a topic (flows.kafka.discovery)
 
 
 class GrownConsumer(FakeConsumer):
     """Topic t got partition 1 while the group had read t/0 only to offset 40 of 100: the
     group's committed offsets (`group`) and the log ends are the broker's, shared by every
-    consumer (the flow's and `flows.discovery`'s)."""
+    consumer (the flow's and `flows.kafka.discovery`'s)."""
 
     group: dict[int, tuple[int, str]] = {}
     ends = {0: 100, 1: 3}
@@ -407,7 +409,7 @@ class GrownConsumer(FakeConsumer):
 def grown(monkeypatch: pytest.MonkeyPatch, make: Any) -> Any:
     """t/1, built the way the flow builds it: listed (`check_start` looks at the group's
     offsets), then built, on GrownConsumers."""
-    from flows import discovery, source
+    from flows.kafka import discovery, source
 
     own_consumer(monkeypatch, GrownConsumer)
     monkeypatch.setattr(discovery, "Consumer", GrownConsumer)
@@ -455,7 +457,7 @@ def test_a_new_group_under_latest_starts_every_partition_at_its_end(
     """The first partition built announces its owner at its start offset; that commit is
     marked unread, so the next partition built does not take it for the group's history
     and start at its earliest offset."""
-    from flows import discovery, source
+    from flows.kafka import discovery, source
 
     own_consumer(monkeypatch, GrownConsumer)
     monkeypatch.setattr(discovery, "Consumer", GrownConsumer)

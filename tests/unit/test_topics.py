@@ -1,4 +1,4 @@
-"""flows.topics: the group's committed offsets are asked again while a fresh broker creates
+"""flows.kafka.topics: the group's committed offsets are asked again while a fresh broker creates
 or loads the group's coordinator, or does not answer in time (a flow started with its
 broker crashed at start on NOT_COORDINATOR)."""
 
@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from flows import shutdown, topics
+from flows.kafka import topics
+from flows.runtime import shutdown
 from sinks.backoff import Backoff
 
 

@@ -11,9 +11,9 @@ from typing import Any, cast
 
 import pytest
 
-from flows.naming import IndexTemplate
 from flows.record import Doc
 from flows.transforms import Transform, apply_transforms, build_transforms
+from sinks.elasticsearch.index_names import IndexName
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.unit.transforms_support import (
@@ -212,7 +212,7 @@ def test_nothing_is_compiled_or_imported_per_record(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(re, "compile", forbidden)
     monkeypatch.setattr(importlib, "import_module", forbidden)
-    monkeypatch.setattr(IndexTemplate, "__init__", forbidden)
+    monkeypatch.setattr(IndexName, "__init__", forbidden)
     for _ in range(3):
         [out] = apply_transforms(chain, make_doc({"msg": "bye", "user": "u1"}))
         assert out.index == "logs-2024.05.01"

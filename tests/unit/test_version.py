@@ -13,8 +13,8 @@ from flows.api import state as state_module
 from flows.api.state import ProcessState
 from flows.cli import app
 from flows.config import Settings
-from flows.runtime import RunArgs
-from flows.version import VERSION
+from flows.runtime.args import RunArgs
+from flows.runtime.version import VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -47,7 +47,7 @@ def test_the_metrics_name_the_version() -> None:
 def test_a_checkout_never_installed_reads_pyproject(monkeypatch: pytest.MonkeyPatch) -> None:
     from importlib.metadata import PackageNotFoundError
 
-    from flows import version
+    from flows.runtime import version
 
     def not_installed(name: str) -> str:
         raise PackageNotFoundError(name)

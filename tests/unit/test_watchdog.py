@@ -1,4 +1,4 @@
-"""The cluster watchdog's verdict (flows.watchdog), with the peers' answers, the retry
+"""The cluster watchdog's verdict (flows.api.watchdog), with the peers' answers, the retry
 loops and the epoch clock faked; the real frozen peer is tests/integration/test_watchdog.py."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from flows import watchdog
+from flows.api import watchdog
 from flows.config import Settings
-from flows.runtime import RunArgs
+from flows.runtime.args import RunArgs
 from sinks.backoff import UnderWay
 
 THREE = RunArgs(1, 3, False, epoch_s=1.0, process_id=0, addresses=("a:1", "b:1", "c:1"))
@@ -66,7 +66,7 @@ def test_a_peer_never_reached_is_not_held_against_the_cluster(
     watch: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     watch.watch.reached = {1}  # peer 2 never answered (a network policy, a slow start)
-    with caplog.at_level(logging.WARNING, logger="flows.watchdog"):
+    with caplog.at_level(logging.WARNING, logger="flows.api.watchdog"):
         assert watch({1}) is None
     (line,) = [r.getMessage() for r in caplog.records]
     assert "process 2 (http://h:3) never answered, so its silence is not held" in line

@@ -10,8 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from flows import sink_config
-from flows.config import Settings
+from flows.config import Settings, sink_config
 from sinks.dead_letter.config import ErrorTolerance
 from sinks.dead_letter.policy import ErrorPolicy
 from sinks.errors import DeadLetterLimitError, RecordFailedError

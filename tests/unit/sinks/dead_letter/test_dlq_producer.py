@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from flows import sink_config
-from flows.config import Settings
+from flows.config import Settings, sink_config
 from sinks import failing
 from sinks.dead_letter.headers import VALUE_OMITTED_HEADER
 from sinks.dead_letter.producer import DeadLetterProducer

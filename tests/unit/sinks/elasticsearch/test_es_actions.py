@@ -8,8 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from flows import sink_config
-from flows.config import Settings
+from flows.config import Settings, sink_config
 from sinks.elasticsearch.actions import ActionBuilder, ActionError
 from sinks.model import Action, Doc, Record
 

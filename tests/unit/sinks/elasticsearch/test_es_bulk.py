@@ -16,8 +16,7 @@ from elastic_transport import ApiResponseMeta, ConnectionTimeout, HttpHeaders, N
 from elastic_transport import ConnectionError as TransportConnectionError
 from elasticsearch import ApiError
 
-from flows import sink_config
-from flows.config import Settings
+from flows.config import Settings, sink_config
 from sinks.backoff import Backoff
 from sinks.elasticsearch import bulk
 from sinks.elasticsearch.actions import ActionBuilder

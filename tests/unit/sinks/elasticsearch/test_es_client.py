@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from elasticsearch import Elasticsearch
 
-from flows import sink_config
-from flows.config import Settings
+from flows.config import Settings, sink_config
 from sinks.elasticsearch.client import make_client
 
 COMPAT_JSON = "application/vnd.elasticsearch+json; compatible-with=9"

@@ -24,8 +24,7 @@ from elastic_transport import ConnectionError as TransportConnectionError
 from elasticsearch import ApiError, AuthenticationException, AuthorizationException
 from prometheus_client import REGISTRY
 
-from flows import sink_config
-from flows.config import Settings
+from flows.config import Settings, sink_config
 from sinks import failing
 from sinks.elasticsearch import refusals, tasks
 from sinks.elasticsearch.actions import ActionBuilder

@@ -17,8 +17,7 @@ from elastic_transport._node import NodeApiResponse
 from elastic_transport.client_utils import DEFAULT
 from elasticsearch import ApiError, AuthenticationException, Elasticsearch
 
-from flows import sink_config
-from flows.config import Settings
+from flows.config import Settings, sink_config
 from sinks import failing
 from sinks.elasticsearch import bootstrap
 from sinks.elasticsearch import bulk as bulks
@@ -552,7 +551,7 @@ def test_an_elasticsearch_without_product_header_is_told_by_its_node_info() -> N
 @pytest.mark.parametrize("outages", [0, 2])
 def test_a_refusal_found_by_a_bulk_stops_the_partition_with_its_line(outages: int) -> None:
     """Detection first happens on a bulk (the start check got no answer): the refusal is
-    the partition's error, raised to Bytewax (flows.config_failure prints its line), after
+    the partition's error, raised to Bytewax (flows.runtime.config_failure prints its line), after
     the transient answers before it were retried; nothing is sent or dead-lettered."""
     seven = es("7.17.0")
     roots = [0]

@@ -11,8 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from flows import sink_config
-from flows.config import Settings
+from flows.config import Settings, sink_config
 from flows.errors import ConfigError
 from sinks.elasticsearch.actions import (
     NAME_CACHE_LIMIT,

@@ -8,8 +8,7 @@ import dataclasses
 import orjson
 import pytest
 
-from flows import sink_config
-from flows.config import Settings
+from flows.config import Settings, sink_config
 from sinks.elasticsearch import bulk
 from sinks.elasticsearch.actions import ActionBuilder
 from sinks.elasticsearch.write_methods import (

@@ -1,5 +1,0 @@
-"""Chaos harness for the Kafka -> Elasticsearch flow (driven by `scripts/chaos`).
-
-Not part of the installed product: `scripts/chaos` puts the repository root on sys.path,
-and the flow subprocesses import `chaos.transforms` through PYTHONPATH.
-"""
