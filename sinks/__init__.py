@@ -1,6 +1,6 @@
 """The way out: the document model and everything that writes documents.
 
-This is the lower layer: it imports nothing from `flows` (tests/unit/test_layering.py).
+This is the lower layer: it imports nothing from `flows` (tests/unit/flows/test_layering.py).
 Inside, the order is one-way too: `model, errors, secrets, deep, backoff, metrics,
 resources, failing, partitioned` → `dead_letter` → `elasticsearch`.
 """

@@ -1,5 +1,5 @@
 """`python -m flows.api --openapi`: print the status API's OpenAPI document (docs/openapi.json
-is this output; tests/unit/test_api.py holds the two together)."""
+is this output; tests/unit/flows/api/test_api.py holds the two together)."""
 
 from __future__ import annotations
 

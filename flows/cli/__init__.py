@@ -2,7 +2,7 @@
 
 Every subcommand reads the flow's settings (the environment and ES_SINK_CONFIG) and goes
 through the flow's own code paths: decoding, transforms, document ids, the sink's client.
-The flow runtime never imports this package (tests/unit/test_layering.py). Subcommands are
+The flow runtime never imports this package (tests/unit/flows/test_layering.py). Subcommands are
 imported on use, so `es-sink --help` and importing this module do no I/O.
 
 Exit status: 0 ok, 1 problem found, 2 bad usage (also an invalid configuration, except for

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import (
+from tests.support.flows import (
     Services,
     committed_offsets,
     count_docs,
@@ -26,6 +26,7 @@ from tests.conftest import (
     start_flow,
     wait_for,
 )
+from tests.support.paths import ROOT
 from tools.chaos.flow import consecutive_ports, free_ports
 from tools.chaos.proxy import Proxy
 from tools.devkit.kafka import end_offsets
@@ -33,7 +34,6 @@ from tools.devkit.kafka import end_offsets
 pytestmark = pytest.mark.integration
 
 TOKEN = "api-t0ken-for-tests"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def call(method: str, url: str, token: str | None = None) -> tuple[int, Any]:
@@ -376,7 +376,7 @@ def test_the_api_survives_fuzzing_from_its_openapi_document(
     services: Services, api_flow: Callable[..., ApiFlow], tmp_path: Path
 ) -> None:
     """schemathesis generates requests from docs/openapi.json (the document the server
-    serves, tests/unit/test_api.py): no 5xx, every answer as documented, and its
+    serves, tests/unit/flows/api/test_api.py): no 5xx, every answer as documented, and its
     `ignored_auth` check sends each write without the token and expects a refusal. Not
     PUT /stop and /restart, which end the process that answers (their token:
     `test_writes_need_the_token_when_one_is_set`)."""

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import committed_offsets, create_topic, produce, run_flow, search_all
+from tests.support.flows import committed_offsets, create_topic, produce, run_flow, search_all
 
 pytestmark = pytest.mark.integration
 

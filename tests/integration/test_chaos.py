@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, Services
+from tests.support.flows import ROOT, Services
 
 pytestmark = [pytest.mark.system, pytest.mark.long]  # minutes in all: one worker's share
 

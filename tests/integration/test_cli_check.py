@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import create_topic, run_cli
-from tests.es_proxy import EsProxy
+from tests.support.es_proxy import EsProxy
+from tests.support.flows import create_topic, run_cli
 
 pytestmark = pytest.mark.integration
 

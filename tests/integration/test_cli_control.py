@@ -12,7 +12,7 @@ from unittest.mock import ANY
 
 import pytest
 
-from tests.conftest import (
+from tests.support.flows import (
     committed_offsets,
     count_docs,
     create_topic,

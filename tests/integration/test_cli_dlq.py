@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import consume_all, create_topic, produce, run_cli, run_flow
+from tests.support.flows import consume_all, create_topic, produce, run_cli, run_flow
 
 pytestmark = pytest.mark.integration
 

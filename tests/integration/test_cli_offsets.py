@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.conftest import (
+from tests.support.flows import (
     committed_offsets,
     create_topic,
     produce,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import committed_offsets, create_topic, produce, run_cli
+from tests.support.flows import committed_offsets, create_topic, produce, run_cli
 
 pytestmark = pytest.mark.integration
 

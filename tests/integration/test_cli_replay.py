@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 
 from sinks.dead_letter.headers import TIMESTAMP_HEADER, error_headers
 from sinks.model import DeadLetter, Record
-from tests.conftest import create_topic, run_cli
+from tests.support.flows import create_topic, run_cli
 
 pytestmark = pytest.mark.integration
 

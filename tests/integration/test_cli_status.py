@@ -7,7 +7,14 @@ import json
 
 import pytest
 
-from tests.conftest import committed_offsets, count_docs, create_topic, produce, run_cli, run_flow
+from tests.support.flows import (
+    committed_offsets,
+    count_docs,
+    create_topic,
+    produce,
+    run_cli,
+    run_flow,
+)
 from tools.devkit.kafka import end_offsets
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import create_topic, produce, run_cli, run_flow
+from tests.support.flows import create_topic, produce, run_cli, run_flow
 
 pytestmark = pytest.mark.integration
 

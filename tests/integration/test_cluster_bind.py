@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import Services, create_topic, start_flow, wait_for
+from tests.support.flows import Services, create_topic, start_flow, wait_for
 from tools.chaos.flow import free_ports
 
 pytestmark = pytest.mark.integration

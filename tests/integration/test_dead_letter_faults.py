@@ -14,7 +14,7 @@ from confluent_kafka.admin import (
     ConfigResource,
 )
 
-from tests.conftest import (
+from tests.support.flows import (
     committed_offsets,
     consume_all,
     count_docs,

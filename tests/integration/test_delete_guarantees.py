@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.conftest import (
+from tests.support.flows import (
     Services,
     committed_offsets,
     count_docs,

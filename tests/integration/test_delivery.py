@@ -12,7 +12,7 @@ import time
 import orjson
 import pytest
 
-from tests.conftest import (
+from tests.support.flows import (
     ROOT,
     committed_offsets,
     count_docs,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from elasticsearch import Elasticsearch
 
-from tests import deploy_support as deploy
-from tests.conftest import Services, count_docs, create_topic, produce, start_flow, wait_for
+from tests.support import deploy
+from tests.support.flows import Services, count_docs, create_topic, produce, start_flow, wait_for
 from tools.chaos.flow import free_ports
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import deploy_support as deploy
+from tests.support import deploy
 
 SCRIPT = deploy.ROOT / "scripts" / "promtool"
 pytestmark = pytest.mark.system

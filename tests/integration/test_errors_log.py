@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.conftest import committed_offsets, create_topic, produce, run_flow, search_all
+from tests.support.flows import committed_offsets, create_topic, produce, run_flow, search_all
 
 pytestmark = pytest.mark.integration
 

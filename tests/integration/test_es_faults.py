@@ -12,7 +12,7 @@ from dataclasses import replace
 import orjson
 import pytest
 
-from tests.conftest import (
+from tests.support.flows import (
     ROOT,
     Services,
     committed_offsets,

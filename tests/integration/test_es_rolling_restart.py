@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import (
+from tests.support.flows import (
     ROOT,
     Services,
     committed_offsets,

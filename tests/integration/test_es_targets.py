@@ -9,7 +9,7 @@ import urllib.request
 import orjson
 import pytest
 
-from tests.conftest import count_docs, create_topic, produce, run_flow, start_flow, wait_for
+from tests.support.flows import count_docs, create_topic, produce, run_flow, start_flow, wait_for
 from tools.chaos.flow import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat("elasticsearch")]

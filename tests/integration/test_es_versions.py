@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from sinks.elasticsearch.client import server_of
-from tests.conftest import count_docs, create_topic, produce, run_flow
-from tests.es_proxy import EsProxy
+from tests.support.es_proxy import EsProxy
+from tests.support.flows import count_docs, create_topic, produce, run_flow
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 

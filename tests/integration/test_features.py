@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from tests.conftest import (
+from tests.support.flows import (
     CCOMPAT_PATH,
     committed_offsets,
     consume_all,

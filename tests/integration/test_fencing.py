@@ -24,7 +24,8 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from flows.kafka.fencing import FENCED_EXIT_STATUS, Owner
-from tests.conftest import (
+from tests.support.es_proxy import BulkCall, EsProxy
+from tests.support.flows import (
     Services,
     consume_all,
     count_docs,
@@ -34,7 +35,6 @@ from tests.conftest import (
     start_flow,
     wait_for,
 )
-from tests.es_proxy import BulkCall, EsProxy
 from tools.devkit.kafka import committed as kafka_commits
 from tools.devkit.kafka import end_offsets
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from tests.conftest import committed_offsets, create_topic, produce, run_flow, search_all
+from tests.support.flows import committed_offsets, create_topic, produce, run_flow, search_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 

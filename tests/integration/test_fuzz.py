@@ -1,5 +1,5 @@
-"""Bad-input fuzzing end to end: over 10,000 bad records (tests/fuzz_inputs.py) mixed with good
-ones, against the real broker and node.
+"""Bad-input fuzzing end to end: over 10,000 bad records (tests/support/fuzz_inputs.py) mixed
+with good ones, against the real broker and node.
 
 With ERRORS_TOLERANCE=all every bad record must end in the dead-letter topic, once, with its
 original key, value and headers and a reason at the right stage, every good record must be
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import orjson
 import pytest
 
-from tests import fuzz_inputs
-from tests.conftest import (
+from tests.support import fuzz_inputs
+from tests.support.flows import (
     committed_offsets,
     consume_all,
     count_docs,
@@ -30,7 +30,7 @@ from tests.conftest import (
     search_all,
     start_flow,
 )
-from tests.fuzz_inputs import Case
+from tests.support.fuzz_inputs import Case
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from tests.conftest import committed_offsets, create_topic, produce, run_flow
+from tests.support.flows import committed_offsets, create_topic, produce, run_flow
 from tools.devkit.es import hits_by_id
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,7 @@
 """A worker's consumer left knowing no broker (librdkafka #5301) against the real broker.
 
 The suite's broker gives the answer that leads there (metadata listing no broker) only by
-chance, during its controlled shutdown; `tests.kafka_proxy` relays the real broker and
+chance, during its controlled shutdown; `tests.support.kafka_proxy` relays the real broker and
 gives it on demand, then closes the connection as that broker does, with the answer made
 slow to parse so that librdkafka handles it in the order of #5301 (see its docstring). A
 leader query answered that way leaves librdkafka 2.16 with no broker; the test checks that
@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
 from flows.kafka.consumers import WorkerConsumer
-from tests.conftest import Services, create_topic, produce
-from tests.kafka_proxy import KafkaProxy
+from tests.support.flows import Services, create_topic, produce
+from tests.support.kafka_proxy import KafkaProxy
 
 pytestmark = pytest.mark.integration
 

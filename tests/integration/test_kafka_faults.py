@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from flows.record import Doc
-from tests.conftest import (
+from tests.support.flows import (
     ROOT,
     Services,
     committed_offsets,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import (
+from tests.support.flows import (
     Services,
     count_docs,
     create_topic,

@@ -27,7 +27,7 @@ import yaml
 
 from flows.kafka.fencing import Owner, metadata_fields
 from sinks.elasticsearch.index_names import connect_index_name
-from tests.conftest import Services, create_topic, produce, run_cli, run_flow, wait_for
+from tests.support.flows import Services, create_topic, produce, run_cli, run_flow, wait_for
 from tools.devkit.connect import Worker
 from tools.devkit.kafka import add_partitions, committed
 
@@ -39,7 +39,7 @@ START_LIMIT_S = 30.0
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
-    from tests.conftest import KAFKA
+    from tests.support.flows import KAFKA
 
     w = Worker(KAFKA, PORT, tmp_path_factory.mktemp("connect"))
     took = w.start()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.conftest import Services, create_topic, numbered, produce, run_cli
+from tests.support.flows import Services, create_topic, numbered, produce, run_cli
 
 pytestmark = pytest.mark.integration
 

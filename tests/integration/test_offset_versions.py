@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import Services, create_topic, produce, run_flow, search_all
+from tests.support.flows import Services, create_topic, produce, run_flow, search_all
 
 pytestmark = pytest.mark.integration
 

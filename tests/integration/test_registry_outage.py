@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import (
+from tests.support.flows import (
     CCOMPAT_PATH,
     ROOT,
     Registry,

@@ -19,7 +19,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from tests.conftest import (
+from tests.support.es_proxy import EsProxy
+from tests.support.flows import (
     ROOT,
     Services,
     committed_offsets,
@@ -31,7 +32,6 @@ from tests.conftest import (
     start_flow,
     wait_for,
 )
-from tests.es_proxy import EsProxy
 
 pytestmark = pytest.mark.integration
 

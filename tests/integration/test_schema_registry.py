@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import (
+from tests.support.flows import (
     ROOT,
     committed_offsets,
     consume_all,

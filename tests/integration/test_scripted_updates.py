@@ -14,13 +14,14 @@ ES_SCRIPT_ID, and writes nothing."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from tests.conftest import (
+from tests.integration.updates_support import racing
+from tests.support.es_proxy import BulkCall, EsProxy, refuse_once
+from tests.support.flows import (
     committed_offsets,
     consume_all,
     create_topic,
@@ -28,8 +29,7 @@ from tests.conftest import (
     run_cli,
     run_flow,
 )
-from tests.es_proxy import BulkCall, EsProxy, refuse_once
-from tests.integration.updates_support import racing
+from tests.support.paths import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat("opensearch")]
 
@@ -166,7 +166,7 @@ def test_a_concurrent_writer_s_increments_are_all_counted(services, es, names):
     assert _source(es, topic, "c") == {"n": n + 1000 * len(done)}
 
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "elasticsearch.md"
+PAGE = ROOT / "docs" / "elasticsearch.md"
 
 
 def test_a_retried_script_runs_once(services, es, names):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pytest
 
-from tests.conftest import (
+from tests.support.flows import (
     ROOT,
     Services,
     committed_offsets,

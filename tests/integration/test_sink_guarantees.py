@@ -5,7 +5,7 @@ than a stall, and a missing index or privilege stops the flow as a configuration
 
 Where Elasticsearch cannot be made to answer as needed (an item 429 then a 413, a
 rejection of one item before the shard, a missing privilege without security enabled), a
-fault-injecting proxy (`tests.es_proxy`) in front of the real node rewrites just that.
+fault-injecting proxy (`tests.support.es_proxy`) in front of the real node rewrites just that.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tests.conftest import (
+from tests.support.es_proxy import BUSY, BulkCall, EsProxy, refuse_once
+from tests.support.flows import (
     committed_offsets,
     consume_all,
     count_docs,
@@ -29,7 +30,6 @@ from tests.conftest import (
     start_flow,
     wait_for,
 )
-from tests.es_proxy import BUSY, BulkCall, EsProxy, refuse_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Services
+from tests.support.flows import Services
 from tools.chaos.soak import Plan, Soak
 from tools.chaos.soak_report import passed, report, summary, write
 

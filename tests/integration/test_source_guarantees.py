@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from flows.config import Settings
 from flows.kafka.source import find_topics
-from tests.conftest import (
+from tests.support.flows import (
     ROOT,
     committed_offsets,
     consume_all,

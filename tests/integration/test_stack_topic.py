@@ -6,16 +6,16 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.conftest import Services
+from tests.support.flows import Services
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.integration
 
-STACK = Path(__file__).resolve().parents[2] / "scripts" / "stack"
+STACK = ROOT / "scripts" / "stack"
 
 
 def stack(services: Services, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import (
+from tests.integration.updates_support import racing
+from tests.support.es_proxy import EsProxy, refuse_once
+from tests.support.flows import (
     committed_offsets,
     consume_all,
     create_topic,
@@ -19,8 +21,6 @@ from tests.conftest import (
     run_flow,
     search_all,
 )
-from tests.es_proxy import EsProxy, refuse_once
-from tests.integration.updates_support import racing
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat("opensearch")]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import (
+from tests.support.flows import (
     Services,
     committed_offsets,
     count_docs,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from tests.schema_registry_stub import SchemaRegistryStub
+from tests.support.schema_registry_stub import SchemaRegistryStub
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ Every generator is deterministic and starts from `tools.bench.data.dataset`'s sm
 the good documents of `small-dlq5`, `small-avro` and `small-p120` are `small`'s:
 
 - `dlq5_items`: record i is bad when i % 20 == 10 (5%), a case of one of the fuzz suite's
-  bad kinds (tests/fuzz_inputs.py, drawn by their weights; the two fixed ~2 MB kinds are
+  bad kinds (tests/support/fuzz_inputs.py, drawn by their weights; the two fixed ~2 MB kinds are
   left out: they would be a large-document benchmark); the ceiling gets the good ones only.
 - `transform_records` / `transformed_items`: small documents with the fields the example
   configuration's transforms act on (examples/es-sink.yaml), and the headers it copies into
@@ -69,7 +69,7 @@ def plain_items(doc_size: str, n: int) -> Iterator[Item]:
 
 def dlq5_items(n: int) -> Iterator[Item]:
     """Small records with every BAD_EVERY-th one replaced by a fuzz case of a bad kind."""
-    from tests import fuzz_inputs as fuzz
+    from tests.support import fuzz_inputs as fuzz
 
     kinds = [k for k in fuzz.KINDS if k.stage is not None and k.weight]
     weights = [k.weight for k in kinds]

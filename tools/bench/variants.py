@@ -9,7 +9,7 @@ shape with `variant` set to its name (docs/benchmarks.md, "What runs"):
   topic per run, ON_NULL_KEY/ON_NULL_VALUE=dlq, the fuzz suite's index mapping;
 - `small-transforms`: the transforms of examples/es-sink.yaml (ES_SINK_CONFIG), its
   `mycompany.transforms:enrich` replaced by `tools.bench.user_transform:enrich`;
-- `small-avro`: Avro values through a Schema Registry (tests/schema_registry_stub.py in the
+- `small-avro`: Avro values through a Schema Registry (tests/support/schema_registry_stub.py in the
   harness process: each flow process fetches the one schema once, so the registry is off
   the per-record path; the log prints how many requests it served);
 - `small-p120`: the small records over 120 partitions.
@@ -133,7 +133,7 @@ def prepare(
             return prep
         items = plain_items(v.doc_size, n)
         if v.name == "small-dlq5":
-            from tests.fuzz_inputs import MAPPING
+            from tests.support.fuzz_inputs import MAPPING
 
             items = dlq5_items(n)
             prep.mappings = MAPPING
@@ -186,7 +186,7 @@ def _prepare_transforms(
 
 def _start_registry(prep: Prepared, topic: str) -> int:
     """The Schema Registry stand-in, serving until the variant is done; the schema's id."""
-    from tests.schema_registry_stub import SchemaRegistryStub
+    from tests.support.schema_registry_stub import SchemaRegistryStub
 
     registry = SchemaRegistryStub().start()
     stored = registry.register(f"{topic}-value", {"schema": json.dumps(AVRO_SCHEMA)})

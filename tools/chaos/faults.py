@@ -1,4 +1,4 @@
-"""Faults inside Elasticsearch's answers, by an HTTP proxy in ES_HOSTS (`tests.es_proxy`).
+"""Faults inside Elasticsearch's answers, by an HTTP proxy in ES_HOSTS (`tests.support.es_proxy`).
 
 The outage proxy (`tools.chaos.proxy`) relays bytes and can only cut the flow off; these faults
 need a proxy that reads each `_bulk`:
@@ -21,7 +21,7 @@ import random
 import threading
 from dataclasses import dataclass, field
 
-from tests.es_proxy import BulkCall, EsProxy
+from tests.support.es_proxy import BulkCall, EsProxy
 
 REQUEST_TIMEOUT_S = 3
 """ES_REQUEST_TIMEOUT_S of the modes that hold bulks."""

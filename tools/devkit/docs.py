@@ -13,7 +13,7 @@ page is prose and stays as written:
 
 A settings table links a variable to the heading of the same page that names it
 (`` ### `VERSION` ``): the notes that say more than the declaration's one line.
-`tests/unit/test_config_docs.py` fails when a page differs from what this writes.
+`tests/unit/docs/test_config_docs.py` fails when a page differs from what this writes.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """sinks.elasticsearch.bulk: chunking, and the pure classification of `_bulk` answers,
-driven by answers recorded from the real node (tests/unit/data/bulk_answers.json) and, where
+driven by answers recorded from the real node (tests/support/data/bulk_answers.json) and, where
 a node cannot be made to answer so (overload, 5xx, security), by answers written here."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import itertools
 import json
 import random
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +21,9 @@ from sinks.elasticsearch import bulk
 from sinks.elasticsearch.actions import ActionBuilder
 from sinks.errors import ConfigError
 from sinks.model import Action, DeadLetter, Doc, Record
+from tests.support.paths import DATA
 
-RECORDED = json.loads((Path(__file__).parents[2] / "data" / "bulk_answers.json").read_text())
+RECORDED = json.loads((DATA / "bulk_answers.json").read_text())
 
 
 def action(op: str, doc_id: str, index: str = "recorded", offset: int = 0) -> Action:

@@ -1,6 +1,6 @@
 """Partial and scripted updates, per-record actions and confined index names: how they are
 encoded (`actions.ActionBuilder`), what the node's answers to them mean (`bulk.classify`,
-recorded answers in tests/unit/data/bulk_answers.json) and what is refused at start."""
+recorded answers in tests/support/data/bulk_answers.json) and what is refused at start."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ from sinks.elasticsearch.actions import (
 )
 from sinks.elasticsearch.index_names import problem
 from sinks.model import Doc, Record
+from tests.support.paths import DATA
 
-RECORDED = json.loads((Path(__file__).parents[2] / "data" / "bulk_answers.json").read_text())
+RECORDED = json.loads((DATA / "bulk_answers.json").read_text())
 REC = Record("orders", 0, 7, 1_714_564_800_123, b"k1", b"{}")
 
 
@@ -160,7 +161,7 @@ def test_per_record_script_runs_the_configured_script() -> None:
     b = builder(
         WRITE_METHOD="update",
         ES_SCRIPT_ID="count",
-        TRANSFORMS="tests.unit.sample_transforms:modify",
+        TRANSFORMS="tests.support.sample_transforms:modify",
     )
     _, body = [orjson.loads(x) for x in b.build(doc("script")).data.split(b"\n")[:-1]]
     assert body == {"script": {"id": "count", "params": {"doc": {"n": 1}}}}
@@ -285,7 +286,7 @@ def test_the_memory_of_checked_names_is_bounded() -> None:
         ),
         (
             {"WRITE_METHOD": "update", "ON_MISSING_DOCUMENT": "dlq",
-             "TRANSFORMS": "tests.unit.sample_transforms:modify"},
+             "TRANSFORMS": "tests.support.sample_transforms:modify"},
             "ON_MISSING_DOCUMENT: dlq cannot be told from a replayed update whose document a "
             "later record deleted (a transform may choose delete)",
         ),
@@ -316,7 +317,7 @@ def test_a_missing_document_is_skipped_by_default_where_the_flow_also_deletes(
     config.write_text(json.dumps({"transforms": [entry]}))
     env = {
         "tombstones": {"ON_NULL_VALUE": "delete"},
-        "python": {"TRANSFORMS": "tests.unit.sample_transforms:modify"},
+        "python": {"TRANSFORMS": "tests.support.sample_transforms:modify"},
         "action": {"ES_SINK_CONFIG": str(config)},
     }[deletes]
     s = settings(WRITE_METHOD="update", **env)
@@ -330,4 +331,4 @@ def test_accepted_combinations() -> None:
              ES_SCRIPTED_UPSERT="true")  # fmt: skip
     settings(ES_INDEX="tenant-{topic}", ES_INDEX_ALLOW="tenant-.*")  # checked per record
     # per-record actions may use them
-    settings(ON_MISSING_DOCUMENT="ignore", TRANSFORMS="tests.unit.sample_transforms:modify")
+    settings(ON_MISSING_DOCUMENT="ignore", TRANSFORMS="tests.support.sample_transforms:modify")

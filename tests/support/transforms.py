@@ -1,0 +1,47 @@
+"""Helpers shared by the tests/unit/test_transforms_*.py files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flows.errors import ConfigError
+from flows.record import Doc, Record
+from flows.transforms import apply_transforms, build_transforms
+from tests.support import sample_transforms
+
+SAMPLE = sample_transforms.__name__
+
+TS = 1_714_564_800_123  # 2024-05-01T12:00:00.123Z
+
+
+def make_doc(
+    source: dict[str, Any] | None = None,
+    *,
+    topic: str = "orders",
+    timestamp: int | None = TS,
+    key: Any = "k1",
+    headers: tuple[tuple[str, bytes | None], ...] = (),
+    index: str | None = None,
+    id: str | None = None,
+) -> Doc:
+    value = None if source is None else b"{...}"
+    record = Record(topic, 3, 42, timestamp, b"k1", value, headers)
+    return Doc(record=record, source=source, key=key, index=index, id=id)
+
+
+def run(specs: list[dict[str, Any]], doc: Doc) -> list[Doc]:
+    return apply_transforms(build_transforms(specs), doc)
+
+
+def run_one(spec: dict[str, Any], doc: Doc) -> Doc:
+    out = run([spec], doc)
+    assert len(out) == 1
+    return out[0]
+
+
+def config_error(specs: list[Any]) -> str:
+    with pytest.raises(ConfigError) as info:
+        build_transforms(specs)
+    return str(info.value)
