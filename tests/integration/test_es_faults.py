@@ -4,7 +4,6 @@ queue, and the node stopped mid-run and started again."""
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -13,7 +12,6 @@ import orjson
 import pytest
 
 from tests.support.flows import (
-    ROOT,
     Services,
     committed_offsets,
     count_docs,
@@ -23,6 +21,7 @@ from tests.support.flows import (
     start_flow,
     wait_for,
 )
+from tests.support.stack import stack
 
 pytestmark = [pytest.mark.system, pytest.mark.long]
 
@@ -33,15 +32,13 @@ OUTAGE_S = 60
 
 def _stack(action: str) -> None:
     env = {
-        **os.environ,
         "ES_PORT": str(FAULT_PORT),
         "ES_TRANSPORT_PORT": str(FAULT_PORT + 100),
         "STACK_DIR": os.environ.get("ES_SINK_TEST_STACK_DIR", "/var/tmp/es-sink-test") + "-fault",
         # One write thread and a queue of one: concurrent shard writes get 429s.
         "STACK_ES_SETTINGS": "thread_pool.write.size: 1\\nthread_pool.write.queue_size: 1",
     }
-    which = [] if action == "clean" else ["es"]
-    subprocess.run([str(ROOT / "scripts" / "stack"), action, *which], env=env, check=True)
+    stack(action, env, *([] if action == "clean" else ["es"]))
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ finish with every record indexed and the end offsets committed.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,7 +18,6 @@ import pytest
 
 from flows.record import Doc
 from tests.support.flows import (
-    ROOT,
     Services,
     committed_offsets,
     count_docs,
@@ -29,6 +27,7 @@ from tests.support.flows import (
     start_flow,
     wait_for,
 )
+from tests.support.stack import stack
 
 pytestmark = pytest.mark.system
 
@@ -51,13 +50,11 @@ def throttle(doc: Doc) -> Doc:
 
 def _stack(action: str) -> None:
     env = {
-        **os.environ,
         "KAFKA_PORT": str(KAFKA_FAULT_PORT),
         "KAFKA_CONTROLLER_PORT": str(KAFKA_FAULT_PORT + 1),
         "STACK_DIR": STACK_DIR,
     }
-    which = [] if action == "clean" else ["kafka"]
-    subprocess.run([str(ROOT / "scripts" / "stack"), action, *which], env=env, check=True)
+    stack(action, env, *([] if action == "clean" else ["kafka"]))
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,6 @@ import pytest
 
 from tests.support.flows import (
     CCOMPAT_PATH,
-    ROOT,
     Registry,
     committed_offsets,
     consume_all,
@@ -30,6 +28,7 @@ from tests.support.flows import (
     start_flow,
     wait_for,
 )
+from tests.support.stack import stack
 
 pytestmark = pytest.mark.system
 
@@ -38,12 +37,7 @@ STACK_DIR = os.environ.get("ES_SINK_TEST_STACK_DIR", "/var/tmp/es-sink-test") + 
 
 
 def _stack(action: str) -> str:
-    env = {**os.environ, "REGISTRY_PORT": str(PORT), "STACK_DIR": STACK_DIR}
-    cmd = [str(ROOT / "scripts" / "stack"), action, "registry"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    return out
+    return stack(action, {"REGISTRY_PORT": str(PORT), "STACK_DIR": STACK_DIR}, "registry")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import stat
-import subprocess
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -22,7 +21,6 @@ import orjson
 import pytest
 
 from tests.support.flows import (
-    ROOT,
     Services,
     committed_offsets,
     consume_all,
@@ -33,6 +31,7 @@ from tests.support.flows import (
     start_flow,
     wait_for,
 )
+from tests.support.stack import stack
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
@@ -78,7 +77,6 @@ class SecureStack:
 
 def _stack(action: str, which: str = "") -> str:
     env = {
-        **os.environ,
         "STACK_SECURE": "1",
         "STACK_DIR": STACK_DIR,
         "KAFKA_PORT": str(KAFKA_PORT),
@@ -87,11 +85,7 @@ def _stack(action: str, which: str = "") -> str:
         "ES_PORT": str(ES_PORT),
         "ES_TRANSPORT_PORT": str(ES_PORT + 100),
     }
-    cmd = [str(ROOT / "scripts" / "stack"), action, *([which] if which else [])]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    return out
+    return stack(action, env, *([which] if which else []))
 
 
 @pytest.fixture(scope="module")
