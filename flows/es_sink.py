@@ -10,7 +10,7 @@ import sys
 
 from flows import api
 from flows.api import watchdog
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from flows.errors import ConfigError
 from flows.kafka import discovery
 from flows.kafka.topics import find_topics
@@ -59,7 +59,7 @@ try:
     # VERSION=offset on a topic that got partitions or was recreated: refused here too.
     # Partitions added to a topic are found here too, before any partition reads.
     discovery.check_start(_settings, find_topics(_settings))
-    check_credentials(sink_config.connection(_settings))  # the sink's client, shared
+    check_credentials(_settings.es_connection)  # the sink's client, shared
 except ConfigError as _e:
     sys.exit(config_failure.line(_e))
 lifecycle.install(_settings)  # the stop's last line; a halt's reason after the traceback

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
 
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from flows.kafka import fencing
 from flows.kafka.source import KafkaSource
 from flows.process import Processor, is_documents
@@ -50,11 +50,11 @@ def build_flow(
     messages = op.input("kafka", flow, KafkaSource(settings))
     processed = op.flat_map_batch("process", messages, Processor(settings, transforms, parts))
     routed = op.branch("route", processed, is_documents)
-    # The sinks see only their own frozen configs (`flows.config.sink_config`), never Settings.
+    # The sinks see only their own frozen configs (built by the settings groups), never Settings.
     stored = run_args().recovery_dir  # their partitions a recovery store holds beyond `parts`
-    es = ElasticsearchSink(sink_config.es_sink(settings), parts, stored, owner=fencing.token)
+    es = ElasticsearchSink(settings.es_sink_config, parts, stored, owner=fencing.token)
     op.output("elasticsearch", routed.trues, es)
-    dead_letters = sink_config.dead_letters(settings)
+    dead_letters = settings.dead_letter_config
     if dead_letters is not None:
         op.output("dead-letters", routed.falses, DeadLetterSink(dead_letters, parts, stored))
     else:

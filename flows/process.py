@@ -39,7 +39,7 @@ from confluent_kafka import Message
 from murmurhash2 import murmurhash2
 
 from flows import halt, metrics
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from flows.decode import DecodeError, build_decoder
 from flows.decode.json import RawObjects, json_ints_checked_later
 from flows.errors import RecordFailedError
@@ -94,14 +94,14 @@ class Processor:
         # Topics whose null values are Debezium's tombstones: the debezium transform, not
         # ON_NULL_VALUE, decides what they mean (checked only for records with a null value).
         self._cdc_tombstone = tombstone_topics(self._transforms)
-        self._actions = ActionBuilder(sink_config.documents(settings))
+        self._actions = ActionBuilder(settings.es_documents)
         # ...and when the action reads no field either, a value simdjson accepts goes to
         # Elasticsearch as it arrived, never decoded (`flows.decode.json.RawObjects`).
         as_is = later is not None and settings.json_as_is and self._actions.takes_raw_sources
         self._raw = RawObjects() if as_is else None
         # ...and with a string key (ASCII: the decoder's UTF-8 check is moot) no Record.
         self._text_keys = settings.key_format == "string"
-        self._policy = ErrorPolicy(sink_config.tolerance(settings), "decode/transform")
+        self._policy = ErrorPolicy(settings.error_tolerance, "decode/transform")
         self._null_value = settings.on_null_value
         self._trace = settings.dlq_stacktrace
 

@@ -189,11 +189,10 @@ class ProcessState:
 
     def _es_answers(self) -> bool:
         if self._client is None:
-            from flows.config import sink_config
             from sinks.elasticsearch.client import make_client
 
             # Its own client: a ping must not queue behind the sink's bulks.
-            self._client = make_client(sink_config.connection(self._settings))
+            self._client = make_client(self._settings.es_connection)
         try:
             # Not `ping()` (GET /): some distributions (the integ-test zips) do not serve it.
             self._client.options(request_timeout=TIMEOUT_S).cluster.health(timeout="1s")

@@ -357,10 +357,9 @@ def partitions_of(metadata: Mapping[str, Any], topic: str) -> list[int]:
 
 def es_client(settings: Settings) -> Elasticsearch:
     """The sink's client (same connection settings, serializers and auth)."""
-    from flows.config import sink_config
     from sinks.elasticsearch.client import make_client
 
-    return make_client(sink_config.connection(settings))
+    return make_client(settings.es_connection)
 
 
 def es_problem(e: Exception, settings: Settings, what: str) -> Problem:

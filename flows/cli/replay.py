@@ -243,7 +243,6 @@ class Replayer:
     """The flow's processor, sink partition and dead-letter producer, run by hand."""
 
     def __init__(self, settings: Settings, dry_run: bool) -> None:
-        from flows.config import sink_config
         from flows.process import Processor
         from sinks.elasticsearch.client import make_client
         from sinks.elasticsearch.partition import EsSinkPartition
@@ -255,10 +254,10 @@ class Replayer:
         self._sink: EsSinkPartition | None = None
         self.failed_again: list[DeadLetter] = []
         if not dry_run:
-            config = sink_config.dead_letters(settings)
+            config = settings.dead_letter_config
             assert config is not None  # replay needs DLQ_TOPIC (checked before)
             self._dlq = _Counting(config, self.failed_again)
-            es = sink_config.es_sink(settings)
+            es = settings.es_sink_config
             client = make_client(es.connection)
             self._sink = EsSinkPartition(es, "replay", client, self._dlq)
 

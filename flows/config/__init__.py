@@ -18,13 +18,18 @@ that reads it, with the rules across settings on the group they govern:
 - `fencing.FencingSettings`: taking partitions over from an older instance of the group.
 - `api.ApiSettings`: the status and control API of each process.
 
-`Settings` is all of them as one flat model (`settings.bulk_max_actions`).
+`Settings` is all of them as one flat model (`settings.bulk_max_actions`). Each group also
+builds the frozen config of the part it serves, beside its declarations and cached per
+settings object (`settings.es_connection`, `settings.es_documents`, `settings.es_bulk`,
+`settings.error_tolerance`, ..., composed by `settings.es_sink_config`): a new sink setting
+is its declaration and its line in that builder, plus the sink's field.
 `python -m flows.config --markdown` lists them; `--json-schema` prints the YAML file's schema.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from collections import Counter
@@ -49,6 +54,7 @@ from flows.config.kafka import KafkaSettings
 from flows.config.runtime import RuntimeSettings
 from flows.config.sources import EnvironmentSource, YamlFileSource, env_names, env_prefix
 from flows.config.transforms import TransformSettings
+from sinks.elasticsearch.config import EsSinkConfig
 from sinks.secrets import Secret, redact
 
 __all__ = [
@@ -129,6 +135,20 @@ class Settings(
             return cls(_build_sources=(sources, {}))  # type: ignore[call-arg]
         except ValidationError as e:
             raise config_error(e) from None
+
+    @functools.cached_property
+    def es_sink_config(self) -> EsSinkConfig:
+        """What the Elasticsearch sink reads: the parts each group builds beside its
+        declarations (the sinks never see `Settings`)."""
+        return EsSinkConfig(
+            connection=self.es_connection,
+            documents=self.es_documents,
+            bulk=self.es_bulk,
+            retry=self.es_retry,
+            template=self.es_template,
+            tolerance=self.error_tolerance,
+            dead_letters=self.dead_letter_config,
+        )
 
     def secrets(self) -> list[str]:
         """Every configured secret value, to mask wherever text leaves the process."""

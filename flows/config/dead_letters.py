@@ -1,15 +1,22 @@
-"""Dead letters and the error policy: read by flows/config/sink_config.py (the policy of
-sinks/dead_letter/policy.py, the producer's config), flows/process.py (tombstones, null
-keys)."""
+"""Dead letters and the error policy: the policy of sinks/dead_letter/policy.py and the
+dead-letter producer's config are built here; flows/process.py reads tombstones and null
+keys."""
 
 from __future__ import annotations
 
-from typing import Annotated, Self
+import functools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from pydantic import model_validator
 
 from flows.config.fields import Flag, Group, OneOf, setting
 from flows.errors import ConfigError
+from sinks.dead_letter.config import DeadLetterConfig, ErrorTolerance
+from sinks.secrets import Secret
+
+if TYPE_CHECKING:
+    from flows.config.kafka import ClientKind
 
 TOLERANCES = ("none", "all", "log")
 NULL_VALUE_POLICIES = ("ignore", "delete", "dlq", "fail")
@@ -74,3 +81,40 @@ class DeadLetterSettings(Group):
             if policy == "dlq" and not self.dlq_topic:
                 raise ConfigError(f"DLQ_TOPIC: required when {name}=dlq")
         return self
+
+    if TYPE_CHECKING:  # the flat Settings's, which reads the other groups
+
+        def secrets(self) -> list[str]: ...
+
+        def librdkafka(
+            self,
+            client: ClientKind,
+            defaults: Mapping[str, Any] | None = None,
+            **overrides: Any,
+        ) -> dict[str, Any]: ...
+
+    @functools.cached_property
+    def error_tolerance(self) -> ErrorTolerance:
+        """ERRORS_TOLERANCE and the dead-letter circuit breaker."""
+        return ErrorTolerance(
+            tolerate=self.errors_tolerance != "none",
+            max_consecutive=self.dlq_max_consecutive,
+            max_ratio=self.dlq_max_ratio,
+            min_records=self.dlq_ratio_min_records,
+            secrets=tuple(Secret(v) for v in self.secrets()),
+            log=self.errors_tolerance == "log",
+            log_values=self.errors_log_values,
+        )
+
+    @functools.cached_property
+    def dead_letter_config(self) -> DeadLetterConfig | None:
+        """DLQ_TOPIC and how to reach it; None without one. One object per settings object,
+        so the producer cached on it is shared."""
+        if not self.dlq_topic:
+            return None
+        return DeadLetterConfig(
+            topic=self.dlq_topic,
+            kafka=self.librdkafka("producer"),
+            retry_budget_s=self.dlq_retry_budget_s,
+            secrets=tuple(Secret(v) for v in self.secrets()),
+        )

@@ -5,6 +5,7 @@ the transforms) are written here too."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Self
@@ -14,6 +15,7 @@ from pydantic import AfterValidator, BeforeValidator, field_validator, model_val
 from flows.config.fields import Flag, Group, OneOf, PairsInput, Regex, pairs, setting
 from flows.errors import ConfigError
 from flows.transforms.cdc import deleting_entries
+from sinks.elasticsearch.config import DocumentConfig
 from sinks.elasticsearch.index_names import (
     CONNECT_NAMING,
     IndexName,
@@ -26,7 +28,9 @@ from sinks.elasticsearch.write_methods import (
     DELETE,
     ON_MISSING,
     WRITE_METHODS,
+    Updates,
 )
+from sinks.model import FieldPath
 
 DOC_IDS = "key, coordinates, none or field:<dotted.path>"
 INDEX_NAMINGS = ("as-is", CONNECT_NAMING)
@@ -124,6 +128,7 @@ class DocumentSettings(Group):
         topics: tuple[str, ...]
         topics_regex: str | None
         on_null_value: str
+        on_null_key: str
         transforms: tuple[dict[str, Any], ...]
 
     @field_validator("doc_id")
@@ -195,6 +200,57 @@ class DocumentSettings(Group):
         if self.version == "offset":
             _check_offsets_comparable(self)
         return self
+
+    @functools.cached_property
+    def es_documents(self) -> DocumentConfig:
+        """How documents become bulk actions (the processor's ActionBuilder reads it)."""
+        doc_id_field = self.doc_id_field
+        routing = self.es_routing
+        routing_field = routing.split(":", 1)[1] if routing and ":" in routing else None
+        return DocumentConfig(
+            write_method=self.write_method,
+            retry_on_conflict=self.es_retry_on_conflict,
+            index=self.es_index,
+            index_map=dict(self.es_index_map),
+            doc_id="field" if doc_id_field else self.doc_id,
+            id_field=_path("DOC_ID", doc_id_field),
+            on_null_key=self.on_null_key,
+            version="header" if self.version_header is not None else self.version,
+            version_header=self.version_header,
+            routing=None if not routing else "field" if routing_field else "key",
+            routing_field=_path("ES_ROUTING", routing_field),
+            pipeline=self.es_pipeline,
+            data_stream=self.es_data_stream,
+            timestamp_field=_path("ES_TIMESTAMP_FIELD", self.es_timestamp_field),
+            updates=Updates(
+                on_missing=self.on_missing_document,
+                script=_script(self),
+                scripted_upsert=self.es_scripted_upsert,
+                record=self.es_script_record,
+            ),
+            index_allow=re.compile(self.es_index_allow) if self.es_index_allow else None,
+            index_naming=self.es_index_naming,
+            id_separator=self.doc_id_separator,
+        )
+
+
+def _script(s: DocumentSettings) -> dict[str, str] | None:
+    """The `script` of WRITE_METHOD=script's updates (its `params.doc` is added per record)."""
+    if s.es_script_id:
+        return {"id": s.es_script_id}
+    if s.es_script_source:
+        return {"source": s.es_script_source, "lang": s.es_script_lang}
+    return None
+
+
+def _path(name: str, dotted: str | None) -> FieldPath | None:
+    if not dotted:
+        return None
+    try:
+        return FieldPath(dotted)
+    except ValueError as e:
+        msg = f"{name}: {e}"
+        raise ConfigError(msg) from None
 
 
 def _check_updates(s: DocumentSettings) -> None:

@@ -4,6 +4,7 @@ checks) and the bulk requests, buffers and retries of the sink partitions
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -14,6 +15,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from flows.config.fields import Flag, Group, Items, OneOf, SecretValue, setting
 from flows.errors import ConfigError
+from sinks.elasticsearch.config import BulkConfig, EsConnection, RetryConfig, TemplateConfig
 
 MIB = 1024 * 1024
 ROUTING_HASHES = ("murmur2", "crc32")
@@ -77,6 +79,33 @@ class ConnectionSettings(Group):
             object.__setattr__(self, "es_index_template", body)
             object.__setattr__(self, "es_index_template_name", name)
         return self
+
+    @functools.cached_property
+    def es_connection(self) -> EsConnection:
+        """How the sink, the start-up checks and the API reach the cluster: one object per
+        settings object, so the client cached on it is shared."""
+        return EsConnection(
+            hosts=tuple(self.es_hosts),
+            cloud_id=self.es_cloud_id,
+            username=self.es_username,
+            password=self.es_password,
+            api_key=self.es_api_key,
+            bearer_token=self.es_bearer_token,
+            ca_certs=self.es_ca_certs,
+            ssl_fingerprint=self.es_ssl_fingerprint,
+            verify_certs=self.es_verify_certs,
+            compress=self.es_compress,
+            request_timeout_s=self.es_request_timeout_s,
+        )
+
+    @functools.cached_property
+    def es_template(self) -> TemplateConfig:
+        """The index template the sink installs at start."""
+        return TemplateConfig(
+            file=self.es_index_template_file,
+            name=self.es_index_template_name,
+            body=self.es_index_template,
+        )
 
 
 def _template(path: str) -> dict[str, Any]:
@@ -150,3 +179,24 @@ class BulkSettings(Group):
         if self.es_retry_max_ms < self.es_retry_initial_ms:
             raise ConfigError("ES_RETRY_MAX_MS: must not be below ES_RETRY_INITIAL_MS")
         return self
+
+    @functools.cached_property
+    def es_bulk(self) -> BulkConfig:
+        """How the sink partitions batch and buffer `_bulk` requests."""
+        return BulkConfig(
+            max_actions=self.bulk_max_actions,
+            max_bytes=self.bulk_max_bytes,
+            linger_ms=self.bulk_linger_ms,
+            max_in_flight=self.es_max_in_flight,
+            buffer_bytes=self.es_sink_buffer_bytes,
+        )
+
+    @functools.cached_property
+    def es_retry(self) -> RetryConfig:
+        """How the sink partitions retry requests and items."""
+        return RetryConfig(
+            initial_ms=self.es_retry_initial_ms,
+            max_ms=self.es_retry_max_ms,
+            budget_s=self.es_retry_budget_s,
+            item_retry_max=self.es_item_retry_max,
+        )

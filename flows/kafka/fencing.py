@@ -84,7 +84,7 @@ from typing import NoReturn
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from elasticsearch import Elasticsearch
 
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from flows.runtime import control, shutdown
 from flows.runtime.args import run_args
 from sinks import failing
@@ -607,7 +607,7 @@ class PartitionFence:
 
 def _es(settings: Settings) -> Elasticsearch:
     """The sink's client (shared): where the previous owner's bulks are listed."""
-    return shared_client(sink_config.connection(settings))
+    return shared_client(settings.es_connection)
 
 
 def stop(topic: str, partition: int, newer: Owner) -> NoReturn:

@@ -1,7 +1,7 @@
 """What the dead-letter side needs from the configuration: frozen, built once at start.
 
 Compared and hashed by identity (`eq=False`): one producer per process and config
-(`shared_producer`), as for the settings they are built from (`flows.config.sink_config`).
+(`shared_producer`), as for the settings they are built from (`flows.config.dead_letters`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """What the Elasticsearch sink needs from the configuration: frozen, built once at start
-(`flows.config.sink_config` builds them from the settings; the defaults live there, once).
+(each settings group in `flows.config` builds its part beside its declarations; the
+defaults live there, once).
 
 Compared and hashed by identity (`eq=False`): per-process resources (one client per
 connection, see `client.shared_client`) are cached per config object.

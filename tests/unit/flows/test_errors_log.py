@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 from prometheus_client import REGISTRY
 
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from flows.errors import ConfigError
 from flows.process import Processor, is_documents
 from sinks.dead_letter.policy import LOGGED_VALUE_CHARS, PAYLOAD_QUOTE, ErrorPolicy
@@ -36,7 +36,7 @@ def load(**env: str) -> Settings:
 
 
 def logging_policy(**env: str) -> ErrorPolicy:
-    return ErrorPolicy(sink_config.tolerance(load(ERRORS_TOLERANCE="log", **env)), "test")
+    return ErrorPolicy(load(ERRORS_TOLERANCE="log", **env).error_tolerance, "test")
 
 
 def skipped(stage: str) -> float:
@@ -58,10 +58,10 @@ def letter(offset: int, stage: str = "transform", message: str = "boom") -> Dead
 
 def test_log_needs_no_dead_letter_topic() -> None:
     s = load(ERRORS_TOLERANCE="log")
-    t = sink_config.tolerance(s)
+    t = s.error_tolerance
     assert (t.tolerate, t.log, t.log_values) == (True, True, False)
-    assert sink_config.dead_letters(s) is None
-    assert sink_config.tolerance(load(ERRORS_TOLERANCE="log", ERRORS_LOG_VALUES="true")).log_values
+    assert s.dead_letter_config is None
+    assert load(ERRORS_TOLERANCE="log", ERRORS_LOG_VALUES="true").error_tolerance.log_values
 
 
 @pytest.mark.parametrize(
@@ -194,7 +194,7 @@ def test_processor_skips_each_stage_and_emits_no_dead_letters(
 def _partition(client: FakeClient, **env: str) -> tuple[EsSinkPartition, Settings]:
     s = load(ERRORS_TOLERANCE="log", **env)
     part = EsSinkPartition(
-        sink_config.es_sink(s),
+        s.es_sink_config,
         "es-0000",
         client,  # type: ignore[arg-type]
         None,  # no dead-letter producer: there is no DLQ_TOPIC

@@ -30,7 +30,7 @@ RANKS = {
         1,
     ),
     **dict.fromkeys(("decode", "transforms"), 2),
-    "config": 3,  # with config.sink_config, the settings mapped for the sinks
+    "config": 3,  # with the sinks' configs each settings group builds
     **dict.fromkeys(("kafka.topics", "kafka.consumers", "kafka.fencing", "runtime.lifecycle"), 4),
     "kafka.discovery": 5,
     **dict.fromkeys(("kafka.source", "process"), 6),

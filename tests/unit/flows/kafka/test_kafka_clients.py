@@ -14,7 +14,6 @@ from confluent_kafka.admin import AdminClient
 
 from flows.config import Settings
 from flows.config.kafka import CONSUMER_ONLY, PRODUCER_ONLY, ClientKind
-from flows.config.sink_config import dead_letters
 
 NOWHERE = "127.0.0.1:1"
 
@@ -70,7 +69,7 @@ def test_a_consumer_property_reaches_the_consumers_only() -> None:
 
 def test_no_client_warns_about_the_pass_through_settings() -> None:
     s = load(**MIXED)
-    dlq = dead_letters(s)
+    dlq = s.dead_letter_config
     assert dlq is not None
     assert warnings(Producer, dlq.kafka) == []  # the dead-letter producer and its admin client
     assert warnings(AdminClient, s.librdkafka("admin")) == []

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from flows.errors import ConfigError
 from sinks.elasticsearch.actions import ActionBuilder, InvalidIndexName
 from sinks.elasticsearch.index_names import (
@@ -25,7 +25,7 @@ CONNECT = {"ES_INDEX_NAMING": "connect", "DOC_ID_SEPARATOR": "+"}
 
 
 def builder(topics: str = "orders", **env: str) -> ActionBuilder:
-    return ActionBuilder(sink_config.documents(Settings.load({"KAFKA_TOPICS": topics, **env})))
+    return ActionBuilder(Settings.load({"KAFKA_TOPICS": topics, **env}).es_documents)
 
 
 def record(topic: str = "orders", partition: int = 3, offset: int = 42, key: Any = b"k1") -> Record:

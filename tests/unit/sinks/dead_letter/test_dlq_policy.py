@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from sinks.dead_letter.config import ErrorTolerance
 from sinks.dead_letter.policy import ErrorPolicy
 from sinks.errors import DeadLetterLimitError, RecordFailedError
@@ -18,7 +18,7 @@ from sinks.model import DeadLetter, Record
 
 
 def tolerance(**env: str) -> ErrorTolerance:
-    return sink_config.tolerance(Settings.load({"KAFKA_TOPICS": "orders", **env}))
+    return Settings.load({"KAFKA_TOPICS": "orders", **env}).error_tolerance
 
 
 def tolerant(**env: str) -> ErrorPolicy:

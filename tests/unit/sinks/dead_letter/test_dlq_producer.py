@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from sinks import failing
 from sinks.dead_letter.headers import VALUE_OMITTED_HEADER
 from sinks.dead_letter.producer import DeadLetterProducer
@@ -35,7 +35,7 @@ class FakeClock:
 
 
 def dlq_producer(env: dict[str, str], clock: Any = None) -> DeadLetterProducer:
-    config = sink_config.dead_letters(Settings.load(env))
+    config = Settings.load(env).dead_letter_config
     assert config is not None
     return DeadLetterProducer(config, clock or FakeClock())
 

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from sinks.elasticsearch.actions import ActionBuilder, ActionError
 from sinks.model import Action, Doc, Record
 
@@ -17,7 +17,7 @@ TS = 1_714_564_800_123  # 2024-05-01T12:00:00.123Z
 
 
 def builder(**env: str) -> ActionBuilder:
-    return ActionBuilder(sink_config.documents(Settings.load({"KAFKA_TOPICS": TOPIC, **env})))
+    return ActionBuilder(Settings.load({"KAFKA_TOPICS": TOPIC, **env}).es_documents)
 
 
 def record(

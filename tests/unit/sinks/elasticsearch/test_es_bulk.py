@@ -15,7 +15,7 @@ from elastic_transport import ApiResponseMeta, ConnectionTimeout, HttpHeaders, N
 from elastic_transport import ConnectionError as TransportConnectionError
 from elasticsearch import ApiError
 
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from sinks.backoff import Backoff
 from sinks.elasticsearch import bulk
 from sinks.elasticsearch.actions import ActionBuilder
@@ -54,7 +54,7 @@ def classify(
 def rules(**env: str) -> bulk.Rules:
     """What the documents' settings (KAFKA_TOPICS=t plus `env`) make of answers."""
     settings = Settings.load({"KAFKA_TOPICS": "t", **env})
-    return bulk.Rules.of(sink_config.documents(settings))
+    return bulk.Rules.of(settings.es_documents)
 
 
 # The requests the recorded answers answer, in order (see the recording's `_about`).
@@ -292,7 +292,7 @@ def test_an_answer_without_errors_still_counts_the_deletes_that_found_nothing() 
 def scripted(*writes: tuple[str, str]) -> list[Action]:
     """(id, method) of records 0, 1, ... as ActionBuilder encodes them with a script set."""
     env = {"KAFKA_TOPICS": "t", "WRITE_METHOD": "script", "ES_SCRIPT_SOURCE": "s"}
-    builder = ActionBuilder(sink_config.documents(Settings.load(env)))
+    builder = ActionBuilder(Settings.load(env).es_documents)
     return [
         builder.build(Doc(Record("t", 0, i, None, k.encode(), b"{}"), {"n": 1}, k, action=m))
         for i, (k, m) in enumerate(writes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from elasticsearch import Elasticsearch
 
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from sinks.elasticsearch.client import make_client
 
 COMPAT_JSON = "application/vnd.elasticsearch+json; compatible-with=9"
@@ -13,7 +13,7 @@ COMPAT_NDJSON = "application/vnd.elasticsearch+x-ndjson; compatible-with=9"
 
 def client() -> Elasticsearch:
     s = Settings.load({"KAFKA_TOPICS": "t", "ES_HOSTS": "http://127.0.0.1:1"})
-    return make_client(sink_config.connection(s))
+    return make_client(s.es_connection)
 
 
 def loads(body: bytes, mimetype: str = COMPAT_JSON) -> object:

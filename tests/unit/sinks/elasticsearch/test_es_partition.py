@@ -24,7 +24,7 @@ from elastic_transport import ConnectionError as TransportConnectionError
 from elasticsearch import ApiError, AuthenticationException, AuthorizationException
 from prometheus_client import REGISTRY
 
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from sinks import failing
 from sinks.elasticsearch import refusals, tasks
 from sinks.elasticsearch.actions import ActionBuilder
@@ -184,7 +184,7 @@ def settings(**env: str) -> Settings:
 def make_actions(
     s: Settings, *ids: str, delete: bool = False, pad: int = 0, first_offset: int = 0
 ) -> list[Action]:
-    b = ActionBuilder(sink_config.documents(s))
+    b = ActionBuilder(s.es_documents)
     out = []
     for i, doc_id in enumerate(ids):
         rec = Record(TOPIC, 1, first_offset + i, TS, doc_id.encode(), b"{}")
@@ -200,7 +200,7 @@ class Rig:
         self.clock = FakeClock()
         self.dlq = FakeDLQ()
         self.part = EsSinkPartition(
-            sink_config.es_sink(self.settings),
+            self.settings.es_sink_config,
             "es-0000",
             client,  # type: ignore[arg-type]
             self.dlq,  # type: ignore[arg-type]
@@ -226,7 +226,7 @@ class Rig:
 def no_dlq_partition(s: Settings, name: str, client: Any) -> EsSinkPartition:
     """A sink partition without a dead-letter producer (ERRORS_TOLERANCE=none) on a fake
     clock, writing through `client`."""
-    return EsSinkPartition(sink_config.es_sink(s), name, client, None, clock=FakeClock())
+    return EsSinkPartition(s.es_sink_config, name, client, None, clock=FakeClock())
 
 
 def docs_indexed() -> float:
@@ -499,7 +499,7 @@ class TaskListingClient(FakeClient):
 def tagged_partition(s: Settings, client: TaskListingClient, clock: FakeClock) -> EsSinkPartition:
     """A partition whose bulks carry the owner token `tok` (X-Opaque-Id), without a DLQ."""
     return EsSinkPartition(
-        sink_config.es_sink(s),
+        s.es_sink_config,
         "es-0000",
         client,
         None,
@@ -1075,7 +1075,7 @@ def versions(
     s: Settings, *writes: tuple[str, int | None], index: str | None = None
 ) -> list[Action]:
     """One action per (id, v): index {"v": v}, or a delete for v None; offsets in order."""
-    b = ActionBuilder(sink_config.documents(s))
+    b = ActionBuilder(s.es_documents)
     out = []
     for offset, (doc_id, v) in enumerate(writes):
         rec = Record(TOPIC, 1, offset, TS, doc_id.encode(), b"{}")
@@ -1086,7 +1086,7 @@ def versions(
 
 def writes(s: Settings, *writes: tuple[str, str | None, dict[str, Any] | None]) -> list[Action]:
     """One action per (id, action, document) (action None: WRITE_METHOD); offsets in order."""
-    b = ActionBuilder(sink_config.documents(s))
+    b = ActionBuilder(s.es_documents)
     return [
         b.build(Doc(Record(TOPIC, 1, offset, TS, k.encode(), b"{}"), doc, key=k, action=act))
         for offset, (k, act, doc) in enumerate(writes)
@@ -1361,7 +1361,7 @@ def test_a_no_error_bulk_counts_no_delete_not_found() -> None:
 
 def fan_out(s: Settings, *ids: str, offset: int = 0) -> list[Action]:
     """Actions with different ids made from ONE record (as a fan-out transform does)."""
-    b = ActionBuilder(sink_config.documents(s))
+    b = ActionBuilder(s.es_documents)
     rec = Record(TOPIC, 1, offset, TS, b"k", b"{}")
     return [b.build(Doc(rec, {"n": i}, id=doc_id)) for i, doc_id in enumerate(ids)]
 
@@ -1398,7 +1398,7 @@ def test_refused_actions_that_kept_their_message_are_a_dead_letter_each(crossed:
     every refused record is its own dead letter, with its own bytes and coordinates."""
     bad = (400, MAPPER_ERROR)
     rig = Rig(FakeClient({f"m{i}": bad for i in range(0, 40, 3)}))
-    b = ActionBuilder(sink_config.documents(rig.settings))
+    b = ActionBuilder(rig.settings.es_documents)
     messages = [
         Message(topic=TOPIC, partition=1, offset=i, key=f"m{i}".encode(),
                 value=b'{"n": %d}' % i, timestamp=(TIMESTAMP_CREATE_TIME, TS),
@@ -1717,7 +1717,7 @@ def _run_bytewax(monkeypatch: pytest.MonkeyPatch, client: FakeClient, fail_on: s
     flow = Dataflow("close-contract")
     acts = make_actions(s, "a", "b", "c", "d")
     stream = op.input("in", flow, TestingSource([("0", [a]) for a in acts]))
-    op.output("es", op.map("check", stream, check), ElasticsearchSink(sink_config.es_sink(s), 1))
+    op.output("es", op.map("check", stream, check), ElasticsearchSink(s.es_sink_config, 1))
     run_main(flow, epoch_interval=timedelta(seconds=30))
 
 

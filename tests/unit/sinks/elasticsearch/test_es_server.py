@@ -17,7 +17,7 @@ from elastic_transport._node import NodeApiResponse
 from elastic_transport.client_utils import DEFAULT
 from elasticsearch import ApiError, AuthenticationException, Elasticsearch
 
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from sinks import failing
 from sinks.elasticsearch import bootstrap
 from sinks.elasticsearch import bulk as bulks
@@ -81,7 +81,7 @@ def client_with(
     }
     node = type("Node", (FakeNode,), attrs)
     s = Settings.load({"KAFKA_TOPICS": "t", "ES_HOSTS": "http://127.0.0.1:9"})
-    conn = sink_config.connection(s)
+    conn = s.es_connection
     real = Elasticsearch.__init__
 
     def init(self: Elasticsearch, **kwargs: Any) -> None:
@@ -275,9 +275,7 @@ def test_an_unsupported_server_stops_the_start_with_one_line(route: Route, line:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(bootstrap, "shared_client", lambda _c: client)
         with pytest.raises(ConfigError) as e:
-            bootstrap.check_credentials(
-                sink_config.connection(Settings.load({"KAFKA_TOPICS": "t"}))
-            )
+            bootstrap.check_credentials(Settings.load({"KAFKA_TOPICS": "t"}).es_connection)
     assert str(e.value).startswith("ES_HOSTS: http://127.0.0.1:9")
     assert line in str(e.value) and "\n" not in str(e.value)
     n = len(seen)
@@ -568,7 +566,7 @@ def test_a_refusal_found_by_a_bulk_stops_the_partition_with_its_line(outages: in
     failing.clear()
     clear_refusals()
     clock = FakeClock()
-    part = EsSinkPartition(sink_config.es_sink(s), "es-0000", client, None, clock=clock)
+    part = EsSinkPartition(s.es_sink_config, "es-0000", client, None, clock=clock)
     try:
         part.write_batch([make_actions(s, "a", "b")])
         with pytest.raises(ConfigError) as e:

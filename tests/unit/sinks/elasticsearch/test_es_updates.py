@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from flows.errors import ConfigError
 from sinks.elasticsearch.actions import (
     NAME_CACHE_LIMIT,
@@ -32,7 +32,7 @@ def settings(**env: str) -> Settings:
 
 
 def builder(**env: str) -> ActionBuilder:
-    return ActionBuilder(sink_config.documents(settings(**env)))
+    return ActionBuilder(settings(**env).es_documents)
 
 
 def encode(d: Doc | None = None, /, **env: str) -> list[Any]:
@@ -321,8 +321,8 @@ def test_a_missing_document_is_skipped_by_default_where_the_flow_also_deletes(
         "action": {"ES_SINK_CONFIG": str(config)},
     }[deletes]
     s = settings(WRITE_METHOD="update", **env)
-    assert sink_config.documents(s).updates.on_missing == "ignore"
-    assert sink_config.documents(settings(WRITE_METHOD="update")).updates.on_missing == "dlq"
+    assert s.es_documents.updates.on_missing == "ignore"
+    assert settings(WRITE_METHOD="update").es_documents.updates.on_missing == "dlq"
 
 
 def test_accepted_combinations() -> None:

@@ -8,7 +8,7 @@ import dataclasses
 import orjson
 import pytest
 
-from flows.config import Settings, sink_config
+from flows.config import Settings
 from sinks.elasticsearch import bulk
 from sinks.elasticsearch.actions import ActionBuilder
 from sinks.elasticsearch.write_methods import (
@@ -48,7 +48,7 @@ def test_the_built_in_methods() -> None:
 
 def encode(method: str) -> list[dict[str, object]]:
     settings = Settings.load({"KAFKA_TOPICS": "orders"})
-    docs = sink_config.documents(settings)
+    docs = settings.es_documents
     docs = dataclasses.replace(docs, write_method=method)
     action = ActionBuilder(docs).build(Doc(REC, {"a": 1}, key="k"))
     return [orjson.loads(line) for line in action.data.splitlines()]
@@ -67,7 +67,7 @@ def test_a_new_method_is_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     assert line == {"index": {"_index": "orders", "_id": "k"}}
     assert body == {"body": {"a": 1}}
     settings = Settings.load({"KAFKA_TOPICS": "orders"})
-    docs = dataclasses.replace(sink_config.documents(settings), write_method="wrapped")
+    docs = dataclasses.replace(settings.es_documents, write_method="wrapped")
     assert docs.method is wrapped
     assert "index" in bulk.Rules.of(docs).conflict_done  # its 409s are done
 
