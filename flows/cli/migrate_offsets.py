@@ -3,15 +3,16 @@ consumer group, `connect-<name>`) to the flow's group, so that the flow reads ex
 records after those the connector committed.
 
 The copy is refused while either group may still commit: it has members (a running or
-paused connector's task stays a member; a stopped one leaves), an instance of the flow holds
-one of its partitions (`fencing.holds`: the source group too when going back), or its
-commits move during the probe. Into the flow's group it commits as `es-sink offsets reset`
-does (`fencing.Reset`, plus `migrated-from=<group>` and the partition count a flow's commit
-carries): no owner is named, so the next instance waits for none (but for the bulks of an
-owner that had not released the partition, `reset-after`), and it reads from these offsets
-at start even over a recovery directory's snapshot. A partition the connector never
-committed gets no commit: the flow starts it per KAFKA_AUTO_OFFSET_RESET (and its rule for
-partitions of a group that has read others).
+paused connector's task stays a member; a stopped one leaves) or its members cannot be told,
+an instance of the flow holds one of its partitions (`fencing.holds`: the source group too
+when going back), or its commits move during the probe or differ, at the probe's last read,
+from those the plan read (what is copied is what was seen settled). Into the flow's group it
+commits as `es-sink offsets reset` does (`fencing.Reset`, plus `migrated-from=<group>` and the
+partition count a flow's commit carries): no owner is named, so the next instance waits for
+none (but for the bulks of an owner that had not released the partition, `reset-after`), and
+it reads from these offsets at start even over a recovery directory's snapshot. A partition
+the connector never committed gets no commit: the flow starts it per KAFKA_AUTO_OFFSET_RESET
+(and its rule for partitions of a group that has read others).
 
 Copied to any other group (`--to-group`, going back to the connector), the commits carry no
 metadata, as Kafka Connect's own.
@@ -141,8 +142,11 @@ def refusal(
     settings: Settings, source: str, target: str, changes: list[Change], probe_s: float
 ) -> str | None:
     """Why the offsets must not be copied now (None: nothing says a group still commits)."""
-    for group, role in ((source, "the connector's"), (target, "the target")):
-        members = _members(settings, group)
+    for group, role, option in (
+        (source, "the connector's", "--from-group"),
+        (target, "the target", "--to-group"),
+    ):
+        members = _members(settings, group, option)
         if members:
             hint = (
                 "stop the connector first (PUT /connectors/<name>/stop; a paused connector's "
@@ -158,29 +162,60 @@ def refusal(
                 f"an instance of the flow holds {holders} in group {group}; stop it first (a "
                 "clean stop releases its partitions)"
             )
-    if probe_s <= 0:
-        return None
     topics: dict[str, set[int]] = {}
     for c in changes:
         topics.setdefault(c.topic, set()).add(c.partition)
-    before = _commits(settings, (source, target), topics)
-    time.sleep(probe_s)
+    before = _commits(settings, (source, target), topics) if probe_s > 0 else None
+    if before is not None:
+        time.sleep(probe_s)
     after = _commits(settings, (source, target), topics)
-    moved = sorted(f"{g} {t}/{p}" for (g, t, p), o in after.items() if before.get((g, t, p)) != o)
-    if moved:
+    if before is not None:
+        moved = sorted(
+            f"{g} {t}/{p}" for (g, t, p), o in after.items() if before.get((g, t, p)) != o
+        )
+        if moved:
+            return (
+                f"committed offsets moved within {probe_s:g} s ({', '.join(moved[:5])}): "
+                "something still commits for the group"
+            )
+    # The plan read the commits before the probe: copy only what the probe saw settled.
+    stale = [
+        f"{g} {c.topic}/{c.partition}"
+        for c in changes
+        for g, planned in ((source, c.source), (target, c.before))
+        if after.get((g, c.topic, c.partition)) != planned
+    ]
+    if stale:
         return (
-            f"committed offsets moved within {probe_s:g} s ({', '.join(moved[:5])}): something "
-            "still commits for the group"
+            f"committed offsets moved after they were read ({', '.join(stale[:5])}): "
+            "something still committed for the group; run it again"
         )
     return None
 
 
-def _members(settings: Settings, group: str) -> str | None:
+def _members(settings: Settings, group: str, option: str, tries: int = 3) -> str | None:
+    """The group's members, or None when it has none. Only a group Kafka says does not
+    exist has none: any other error describing it (no access, no coordinator) is a
+    Problem, as a group not known to be empty may still commit."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from flows.topics import COORDINATOR_LOADING
+
     client = common.admin(settings)
-    try:
-        desc = client.describe_consumer_groups([group])[group].result(common.KAFKA_TIMEOUT_S)
-    except Exception:  # a group that never existed has no member
-        return None
+    for attempt in range(1, tries + 1):
+        try:
+            desc = client.describe_consumer_groups([group])[group].result(common.KAFKA_TIMEOUT_S)
+            break
+        except KafkaException as e:
+            err = e.args[0]
+            if err.code() == KafkaError.GROUP_ID_NOT_FOUND:
+                return None
+            again = err.retriable() or err.code() in (KafkaError._TIMED_OUT, *COORDINATOR_LOADING)
+            if attempt == tries or not again:
+                raise Problem(
+                    f"{option}: cannot tell whether group {group} has members "
+                    f"(describing it failed: {err.str()}); refusing to copy"
+                ) from None
     if desc.members:
         return f"{len(desc.members)} active members ({desc.state.name.lower()})"
     return None

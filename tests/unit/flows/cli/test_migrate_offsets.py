@@ -4,6 +4,11 @@ refusals, run against a real Connect worker in tests/integration/test_migrate_co
 
 from __future__ import annotations
 
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from flows.cli import migrate_offsets as offsets_cli
+from flows.cli.common import Problem
 from flows.cli.migrate_offsets import Change, _auto, metadata
 from flows.config import Settings
 from flows.kafka.fencing import Owner, Reset, metadata_fields
@@ -51,3 +56,65 @@ def test_the_json_shape_of_a_change() -> None:
         "topic": "orders", "partition": 0, "source": 30, "from": None, "to": 30,
         "start": "committed", "low": 0, "end": 40, "note": "",
     }  # fmt: skip
+
+
+class _Failing:
+    """A describe_consumer_groups future that fails with `code`."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def result(self, timeout: float) -> None:
+        raise KafkaException(KafkaError(self.code))
+
+
+class _Admin:
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def describe_consumer_groups(self, groups: list[str]) -> dict[str, _Failing]:
+        return {g: _Failing(self.code) for g in groups}
+
+
+def test_a_group_that_cannot_be_described_refuses_the_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Not knowing whether the connector's group has members is no proof that it has none.
+    s = settings()
+    monkeypatch.setattr(offsets_cli, "_holders", lambda *a: "")
+    monkeypatch.setattr(
+        offsets_cli.common, "admin", lambda _s: _Admin(KafkaError.GROUP_AUTHORIZATION_FAILED)
+    )
+    with pytest.raises(Problem) as caught:
+        offsets_cli.refusal(s, "connect-orders", "es-sink-orders", [], 0)
+    message = str(caught.value)
+    assert message.startswith("--from-group: cannot tell whether group connect-orders has members")
+    assert "\n" not in message
+    # a group Kafka says does not exist has no member
+    monkeypatch.setattr(
+        offsets_cli.common, "admin", lambda _s: _Admin(KafkaError.GROUP_ID_NOT_FOUND)
+    )
+    monkeypatch.setattr(offsets_cli, "_commits", lambda *a: {})
+    assert offsets_cli.refusal(s, "connect-orders", "es-sink-orders", [], 0) is None
+
+
+def test_offsets_that_moved_between_the_plan_and_the_probe_are_not_copied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The plan read 30; the connector's last commit (41) landed before the probe began, so
+    # the probe sees no movement: what it saw settled is 41, not the 30 the plan would copy.
+    s = settings()
+    monkeypatch.setattr(offsets_cli, "_members", lambda *a: None)
+    monkeypatch.setattr(offsets_cli, "_holders", lambda *a: "")
+    monkeypatch.setattr(offsets_cli.time, "sleep", lambda _s: None)
+    settled = {("connect-orders", "orders", 0): 41, ("es-sink-orders", "orders", 0): None}
+    monkeypatch.setattr(offsets_cli, "_commits", lambda *a: dict(settled))
+    planned = [Change("orders", 0, 0, 50, 30, None, 30, "committed")]
+    why = offsets_cli.refusal(s, "connect-orders", "es-sink-orders", planned, 12.0)
+    assert why is not None
+    assert "moved after they were read (connect-orders orders/0)" in why
+    # the same read as the plan's: copied
+    fresh = [Change("orders", 0, 0, 50, 41, None, 41, "committed")]
+    assert offsets_cli.refusal(s, "connect-orders", "es-sink-orders", fresh, 12.0) is None
+    # without a probe the commits are still read once more and compared
+    assert offsets_cli.refusal(s, "connect-orders", "es-sink-orders", planned, 0) is not None
