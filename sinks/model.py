@@ -118,6 +118,11 @@ class Doc:
     meta: dict[str, Any] = field(default_factory=dict)
     """Free space for user transforms to pass values to later transforms."""
     action: str | None = None
+    topic: str | None = None
+    """The record's topic as a router renamed it (the `route` transform's index template or
+    topic_regex sets it to the index it names), else None. ES_INDEX_NAMING=connect names a
+    coordinates id after it, as Kafka Connect's sink names `topic+partition+offset` after
+    the topic its routers (RegexRouter, TimestampRouter) made."""
 
 
 @dataclass(slots=True)

@@ -94,7 +94,9 @@ class DocumentSettings(Group):
         "as-is",
         "as-is: an index name must follow Elasticsearch's rules (else a dead letter); "
         "connect: rewritten first as Kafka Connect's Elasticsearch sink names an index after "
-        "its topic (lower case, 255 characters, a leading - or _ dropped, . and .. as dot)",
+        "its topic (lower case, 255 characters, a leading - or _ dropped, . and .. as dot), "
+        "and a coordinates id names the topic a route transform made, as the sink names it "
+        "after a router's",
     )
     es_index_allow: Regex | None = setting(
         "ES_INDEX_ALLOW",

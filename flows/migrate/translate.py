@@ -950,8 +950,8 @@ class _Translation:
                     "key.ignore",
                     MAPPED,
                     f"{self.set('doc_id', 'coordinates')}, {sep}",
-                    "the id is topic+partition+offset (the topic as the record has it, not "
-                    "the index name)",
+                    "the id is topic+partition+offset (the topic as the record has it after "
+                    "its SMTs, a router's name included, not the index name)",
                 )
             else:
                 note = (

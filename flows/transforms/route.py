@@ -1,4 +1,7 @@
-"""The `route` built-in: choose the index (a dated template, or from the topic) and routing."""
+"""The `route` built-in: choose the index (a dated template, or from the topic) and routing.
+
+An index from a template or from topic_regex is what Kafka Connect's TimestampRouter or
+RegexRouter makes of the topic, so it is also recorded as the routed topic (`Doc.topic`)."""
 
 from __future__ import annotations
 
@@ -31,7 +34,9 @@ _DOLLAR_GROUP = re.compile(r"\$(?:(\d+)|\{(\w+)\}|(\$))")
     doc="""index (template such as `logs-{yyyy.MM.dd}`, dated by the record timestamp or by
     timestamp_field: epoch ms or ISO string), or topic_regex + replacement (`idx-$1`,
     `idx-\\1`, `${name}`; index left unchanged unless the topic fully matches), or
-    index_header (the header's text is the index); routing_field or routing_header sets
+    index_header (the header's text is the index); the index from a template or topic_regex
+    is also the record's routed topic (doc.topic: ES_INDEX_NAMING=connect names coordinates
+    ids after it, as Kafka Connect's routers); routing_field or routing_header sets
     doc.routing (missing, or not a non-empty string or an integer: ValueError). Header text
     is UTF-8, or base64 when it is not.""",
 )
@@ -109,14 +114,14 @@ def _index_from_record(template: IndexName) -> Callable[[Doc], None]:
         name = template.template
 
         def static_index(doc: Doc) -> None:
-            doc.index = name
+            doc.index = doc.topic = name
 
         return static_index
     render = template.render
 
     def record_index(doc: Doc) -> None:
         record = doc.record
-        doc.index = render(record.topic, record.timestamp)
+        doc.index = doc.topic = render(record.topic, record.timestamp)
 
     return record_index
 
@@ -132,7 +137,7 @@ def _index_from_field(template: IndexName, path: FieldPath) -> Callable[[Doc], N
         except ValueError as exc:
             msg = f"route: timestamp_field {name}: {exc}"
             raise ValueError(msg) from None
-        doc.index = render(doc.record.topic, ms)
+        doc.index = doc.topic = render(doc.record.topic, ms)
 
     return field_index
 
@@ -157,6 +162,6 @@ def _index_from_topic(e: Entry, pattern: re.Pattern[str]) -> Callable[[Doc], Non
             m = pattern.fullmatch(topic)
             name = cache[topic] = None if m is None else m.expand(replacement)
         if name is not None:
-            doc.index = name
+            doc.index = doc.topic = name
 
     return topic_index

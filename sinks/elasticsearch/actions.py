@@ -18,7 +18,10 @@ request that fails. With ES_INDEX_NAMING=connect each name is first rewritten as
 Connect's Elasticsearch sink names its indices (`index_names.connect_index_name`).
 
 Coordinates ids (DOC_ID=coordinates, a null key under ON_NULL_KEY=coordinates) join topic,
-partition and offset with DOC_ID_SEPARATOR: `-` by default, `+` as Kafka Connect does.
+partition and offset with DOC_ID_SEPARATOR: `-` by default, `+` as Kafka Connect does. With
+ES_INDEX_NAMING=connect the topic is the routed one (`Doc.topic`, set by `route`) where a
+transform routed the record: Kafka Connect's sink names the id after the topic its routers
+made, not the one the record was read from.
 """
 
 from __future__ import annotations
@@ -213,7 +216,11 @@ class ActionBuilder:
                 why = self._judge(index)
             if why:
                 raise InvalidIndexName(why)
-        doc_id = _as_id(doc.id) if doc.id is not None else self._derive_id(rec, doc.source, doc.key)
+        if doc.id is not None:
+            doc_id: str | None = _as_id(doc.id)
+        else:
+            routed = doc.topic if self._connect_names else None
+            doc_id = self._derive_id(rec, doc.source, doc.key, routed)
         if doc_id is not None:
             _check_id(doc_id)
         kind = doc.action
@@ -301,12 +308,15 @@ class ActionBuilder:
             renamed = self._renamed[name] = index_names.connect_index_name(name)
         return renamed
 
-    def _coordinates(self, rec: Record) -> str:
-        """`topic-partition-offset`, with DOC_ID_SEPARATOR between them."""
+    def _coordinates(self, rec: Record, topic: str | None = None) -> str:
+        """`topic-partition-offset`, with DOC_ID_SEPARATOR between them; `topic`: the routed
+        topic in place of the record's."""
         sep = self._sep
-        if sep == "-":
-            return rec.coordinates
-        return f"{rec.topic}{sep}{rec.partition}{sep}{rec.offset}"
+        if topic is None:
+            if sep == "-":
+                return rec.coordinates
+            topic = rec.topic
+        return f"{topic}{sep}{rec.partition}{sep}{rec.offset}"
 
     def _judge(self, name: str) -> str:
         """Why `name` is refused ("" when it is fine), remembered for the next record."""
@@ -368,17 +378,20 @@ class ActionBuilder:
             prefixes = self._prefixes[index] = (head + b',"_id":', head + b"}}\n")
         return prefixes
 
-    def _derive_id(self, rec: Record, source: dict[str, Any] | None, key: Any) -> str | None:
+    def _derive_id(
+        self, rec: Record, source: dict[str, Any] | None, key: Any, topic: str | None = None
+    ) -> str | None:
+        """The configured id; `topic`: the routed topic a coordinates id is named after."""
         mode = self._id_mode
         if mode == "key":
             if key is None:
                 if self._null_key_dlq:
                     msg = "the record has no key (DOC_ID=key, ON_NULL_KEY=dlq)"
                     raise ActionError(msg)
-                return self._coordinates(rec)
+                return self._coordinates(rec, topic)
             return _as_id(key)
         if mode == "coordinates":
-            return self._coordinates(rec)
+            return self._coordinates(rec, topic)
         if mode == "field":
             value = self._id_get(source, None)
             if value is None:  # missing or null

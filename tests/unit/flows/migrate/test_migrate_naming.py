@@ -13,6 +13,7 @@ import pytest
 
 from flows.config import Settings
 from flows.errors import ConfigError
+from flows.transforms import apply_transforms, build_transforms
 from sinks.elasticsearch.actions import ActionBuilder, InvalidIndexName
 from sinks.elasticsearch.index_names import (
     connect_data_stream_name,
@@ -131,6 +132,45 @@ def test_ignored_keys_give_topic_plus_partition_plus_offset() -> None:
     action = builder(DOC_ID="coordinates", **CONNECT).build(Doc(record("Orders"), {"a": 1}, "k"))
     assert action.id == "Orders+3+42"  # the topic as it is, not the index name
     assert meta(action.data) == {"_index": "orders", "_id": "Orders+3+42"}
+
+
+def routed(spec: dict[str, Any], rec: Record) -> Doc:
+    (doc,) = apply_transforms(build_transforms([spec]), Doc(rec, {"a": 1}, "k"))
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("spec", "topic", "index", "doc_id"),
+    [
+        # TimestampRouter (topic.format ${topic}-${timestamp}, yyyyMMdd) as migrate maps it
+        ({"type": "route", "index": "{topic}-{yyyyMMdd}"}, "Orders", "orders-20240501",
+         "Orders-20240501+3+42"),
+        # RegexRouter events-(.*) -> Events_$1
+        ({"type": "route", "topic_regex": "events-(.*)", "replacement": "Events_$1"},
+         "events-EU", "events_eu", "Events_EU+3+42"),
+        # a topic the regex does not match keeps its name
+        ({"type": "route", "topic_regex": "events-(.*)", "replacement": "Events_$1"},
+         "Orders", "orders", "Orders+3+42"),
+    ],
+)  # fmt: skip
+def test_after_a_router_ignored_keys_name_the_routed_topic(
+    spec: dict[str, Any], topic: str, index: str, doc_id: str
+) -> None:
+    # The connector's id is the topic+partition+offset of the record its SMTs gave it: the
+    # routed topic (its case kept), the partition and offset of the record read.
+    b = builder(topic, DOC_ID="coordinates", **CONNECT)
+    action = b.build(routed(spec, record(topic)))
+    assert meta(action.data) == {"_index": index, "_id": doc_id}
+    # a null key under ON_NULL_KEY=coordinates too
+    keyless = b.build(routed(spec, record(topic, key=None)))
+    assert keyless.id == doc_id
+
+
+def test_without_connect_naming_a_routed_record_keeps_its_own_coordinates() -> None:
+    plain = builder(DOC_ID="coordinates", DOC_ID_SEPARATOR="+")
+    doc = routed({"type": "route", "index": "daily-{yyyyMMdd}"}, record())
+    assert doc.topic == "daily-20240501"
+    assert meta(plain.build(doc).data) == {"_index": "daily-20240501", "_id": "orders+3+42"}
 
 
 def test_the_default_separator_is_unchanged() -> None:
