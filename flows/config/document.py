@@ -95,8 +95,9 @@ class DocumentSettings(Group):
         "as-is: an index name must follow Elasticsearch's rules (else a dead letter); "
         "connect: rewritten first as Kafka Connect's Elasticsearch sink names an index after "
         "its topic (lower case, 255 characters, a leading - or _ dropped, . and .. as dot), "
-        "and a coordinates id names the topic a route transform made, as the sink names it "
-        "after a router's",
+        "a coordinates id names the topic a route transform made, as the sink names it "
+        "after a router's, and a key id is a string or an integer key only (any other key, "
+        "KEY_FORMAT=bytes too, is a failed record, as the sink refuses it)",
     )
     es_index_allow: Regex | None = setting(
         "ES_INDEX_ALLOW",

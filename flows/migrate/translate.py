@@ -593,6 +593,20 @@ class _Translation:
             )
             self.converter_options(side, opts, fmt, origin, ignored=True)
             return
+        if key_side and fmt == "bytes" and self.key_used:
+            self.row(
+                option,
+                UNSUPPORTED,
+                self.set(setting_key, "bytes"),
+                "the connector refuses a bytes key as a document id (a DataException for "
+                "every keyed record); the flow dead-letters such a record too, with that "
+                "reason, rather than index it under an id the connector never wrote. "
+                "Nearest: key.ignore=true ids (doc_id: coordinates), or StringConverter if "
+                "the keys are UTF-8 text",
+                value=shown,
+            )
+            self.converter_options(side, opts, fmt, origin)
+            return
         notes = {
             "connect-json": "the JsonConverter envelope {schema, payload}; Decimal fields "
             "become decimal strings and Date fields ISO dates, where the connector writes "
@@ -954,16 +968,17 @@ class _Translation:
                     "its SMTs, a router's name included, not the index name)",
                 )
             else:
-                note = (
+                kinds = (
                     "the id is the key's string form (a string as it is, an integer in "
-                    "decimal); a record without a key gets topic+partition+offset"
+                    "decimal); any other key (a float, a boolean, a struct, a map, an array) "
+                    "is a failed record, as the connector's DataException "
+                    "(ES_INDEX_NAMING=connect)"
                 )
+                note = kinds + "; a record without a key gets topic+partition+offset"
                 if self.dlq:
                     self.set("on_null_key", "dlq")
                     note = (
-                        "the id is the key's string form (a string as it is, an integer in "
-                        "decimal); a record without a key is a failed record, as the "
-                        "connector's DataException (ON_NULL_KEY=dlq)"
+                        kinds + "; a record without a key is a failed record too (ON_NULL_KEY=dlq)"
                     )
                 else:
                     note += " (the connector fails on it: the flow indexes it instead)"

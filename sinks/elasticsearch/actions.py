@@ -22,10 +22,16 @@ partition and offset with DOC_ID_SEPARATOR: `-` by default, `+` as Kafka Connect
 ES_INDEX_NAMING=connect the topic is the routed one (`Doc.topic`, set by `route`) where a
 transform routed the record: Kafka Connect's sink names the id after the topic its routers
 made, not the one the record was read from.
+
+Key ids under ES_INDEX_NAMING=connect are held to the connector's rules: a string key is the
+id as it is, an integer key its decimal digits, and any other key (a float, a boolean, an
+object or array, the bytes of KEY_FORMAT=bytes) is an ActionError, as the connector refuses
+it (a DataException), not an id it never wrote.
 """
 
 from __future__ import annotations
 
+import binascii
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -111,6 +117,9 @@ class ActionBuilder:
             raise ValueError(msg)
         self._id_get = self._id_path.get if self._id_path is not None else _no_field
         self._null_key_dlq = config.on_null_key == "dlq"
+        self._connect_keys = self._connect_names and self._key_ids
+        self._bytes_keys = self._connect_keys and config.key_format == "bytes"
+        """A string key may be the base64 of the record's bytes key: not an id."""
         self._version_offset = config.version == "offset"
         self._version_header = config.version_header
         self._routing_key = config.routing == "key"
@@ -195,7 +204,10 @@ class ActionBuilder:
         index = self._topic_index.get(topic)
         if index is None:
             index = self.index_for(record_of(origin))
-        if self._key_ids and type(key) is str and 0 < len(key) <= SHORT_ID_CHARS:
+        if (
+            self._key_ids and type(key) is str and 0 < len(key) <= SHORT_ID_CHARS
+            and not self._bytes_keys
+        ):  # fmt: skip
             return index, key  # what `_derive_id` gives, and short enough
         doc_id = self._derive_id(record_of(origin), source, key)
         if doc_id is not None:
@@ -389,6 +401,8 @@ class ActionBuilder:
                     msg = "the record has no key (DOC_ID=key, ON_NULL_KEY=dlq)"
                     raise ActionError(msg)
                 return self._coordinates(rec, topic)
+            if self._connect_keys:
+                return self._connect_key_id(rec, key)
             return _as_id(key)
         if mode == "coordinates":
             return self._coordinates(rec, topic)
@@ -399,6 +413,29 @@ class ActionBuilder:
                 raise ActionError(msg)
             return _as_id(value)
         return None
+
+    def _connect_key_id(self, rec: Record, key: Any) -> str:
+        """ES_INDEX_NAMING=connect: the id Kafka Connect's sink makes of a key (a string as
+        it is, an integer of at most 64 bits in decimal); ActionError for a key it refuses,
+        so that no document gets an id the connector never gave."""
+        kind = type(key)
+        if kind is str:
+            raw = rec.key
+            if self._bytes_keys and raw is not None and key == _b64(raw):
+                msg = (
+                    "the key is bytes (KEY_FORMAT=bytes): Kafka Connect's Elasticsearch sink "
+                    "takes only a string or an integer key as the document id "
+                    "(ES_INDEX_NAMING=connect)"
+                )
+                raise ActionError(msg)
+            return str(key)
+        if kind is int and -(2**63) <= key < 2**63:
+            return str(key)
+        msg = (
+            f"the key is {_kind(key)}: Kafka Connect's Elasticsearch sink takes only a string "
+            "or an integer key (64 bits) as the document id (ES_INDEX_NAMING=connect)"
+        )
+        raise ActionError(msg)
 
     def _derive_routing(self, doc: Doc) -> str | None:
         """ES_ROUTING: the key, or the field; a null key, or a field missing or null, sends
@@ -456,6 +493,28 @@ def _dumps(value: Any) -> bytes:
                 e = TypeError(str(deep_error))
         msg = f"not JSON-serializable: {e}"
         raise ActionError(msg) from None
+
+
+def _b64(data: bytes) -> str:
+    """What KEY_FORMAT=bytes makes of a key (`flows.decode.text`): standard base64."""
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+def _kind(value: Any) -> str:
+    """What a key is, for an error: its type in JSON's words, and a short repr."""
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"an integer beyond 64 bits ({str(value)[:24]})"
+    if isinstance(value, float):
+        return f"a float ({value!r})"
+    if isinstance(value, dict):
+        return "an object (a struct or map)"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes"
+    return f"a {type(value).__name__}"
 
 
 def _no_field(source: Any, default: Any) -> Any:

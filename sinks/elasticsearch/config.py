@@ -74,6 +74,8 @@ class DocumentConfig:
     """ES_INDEX_NAMING: `as-is`, or `connect` (`index_names.connect_index_name` first)."""
     id_separator: str = "-"
     """DOC_ID_SEPARATOR: between topic, partition and offset in a coordinates id."""
+    key_format: str = "string"
+    """KEY_FORMAT: with ES_INDEX_NAMING=connect a `bytes` key is no id, as for Kafka Connect."""
 
     @property
     def method(self) -> WriteMethod:

@@ -685,3 +685,19 @@ def test_a_connection_url_never_shows_its_password(url: str, shown: str) -> None
 
     assert masked_url(url) == shown
     assert "changeme" not in masked_url(url, drop=True) and ":p@" not in masked_url(url, drop=True)
+
+
+BYTES = "org.apache.kafka.connect.converters.ByteArrayConverter"
+
+
+def test_bytes_keys_the_ids_are_made_of_are_not_carried_over() -> None:
+    # The connector refuses a bytes key as an id (a DataException per keyed record).
+    m = translate(Connector("t", {**BASE, "key.converter": BYTES}, "test"))
+    assert status(m, "key.converter") == UNSUPPORTED
+    assert "refuses a bytes key" in row_of(m, "key.converter").note
+    assert m.settings["key_format"] == "bytes"  # the flow dead-letters them (ActionError)
+    assert not m.faithful
+    # ignored keys are never read: any converter does
+    m = translate(Connector("t", {**BASE, "key.converter": BYTES, "key.ignore": "true"}, "test"))
+    assert status(m, "key.converter") == MAPPED
+    assert m.faithful

@@ -6,21 +6,24 @@ rule against examples derived from the connector's documented behaviour
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 import pytest
+from confluent_kafka import Message
 
 from flows.config import Settings
 from flows.errors import ConfigError
+from flows.process import Processor
 from flows.transforms import apply_transforms, build_transforms
-from sinks.elasticsearch.actions import ActionBuilder, InvalidIndexName
+from sinks.elasticsearch.actions import ActionBuilder, ActionError, InvalidIndexName
 from sinks.elasticsearch.index_names import (
     connect_data_stream_name,
     connect_index_name,
     problem,
 )
-from sinks.model import Doc, Record
+from sinks.model import DeadLetter, Doc, Record
 
 CONNECT = {"ES_INDEX_NAMING": "connect", "DOC_ID_SEPARATOR": "+"}
 
@@ -29,8 +32,14 @@ def builder(topics: str = "orders", **env: str) -> ActionBuilder:
     return ActionBuilder(Settings.load({"KAFKA_TOPICS": topics, **env}).es_documents)
 
 
-def record(topic: str = "orders", partition: int = 3, offset: int = 42, key: Any = b"k1") -> Record:
-    return Record(topic, partition, offset, 1_714_564_800_123, key, b"{}", ())
+def record(
+    topic: str = "orders",
+    partition: int = 3,
+    offset: int = 42,
+    key: Any = b"k1",
+    value: bytes | None = b"{}",
+) -> Record:
+    return Record(topic, partition, offset, 1_714_564_800_123, key, value, ())
 
 
 def meta(data: bytes) -> dict[str, Any]:
@@ -203,3 +212,62 @@ def test_keys_become_ids_in_the_connectors_string_form(key: Any, doc_id: str | N
             b.build(Doc(record(), {"a": 1}, key))
         return
     assert b.build(Doc(record(), {"a": 1}, key)).id == doc_id
+
+
+@pytest.mark.parametrize(
+    ("key", "kind"),
+    [
+        (1.5, "a float (1.5)"),  # FLOAT32/64: the connector's DataException
+        (2.0, "a float (2.0)"),  # not "2": the connector refuses it, it does not render it
+        (True, "a boolean (true)"),
+        ({"id": 7}, "an object (a struct or map)"),
+        ([1, 2], "an array"),
+        (b"k1", "bytes"),
+        (2**63, "an integer beyond 64 bits"),
+    ],
+)
+def test_keys_the_connector_refuses_are_no_ids(key: Any, kind: str) -> None:
+    b = builder(**CONNECT)
+    with pytest.raises(ActionError, match=f"the key is {re.escape(kind)}"):
+        b.build(Doc(record(), {"a": 1}, key))
+    with pytest.raises(ActionError, match="ES_INDEX_NAMING=connect"):
+        b.build_source(record(), {"a": 1}, key)
+    with pytest.raises(ActionError, match="string or an integer"):  # a tombstone's delete
+        b.build(Doc(record(value=None), None, key, delete=True))
+    # the flow's own naming keeps its JSON text ids
+    assert builder().build(Doc(record(), {"a": 1}, 1.5)).id == "1.5"
+
+
+def test_a_bytes_key_is_no_id_under_connect_naming() -> None:
+    b = builder(KEY_FORMAT="bytes", **CONNECT)
+    rec = record(key=b"k1")  # KEY_FORMAT=bytes decodes it as base64 "azE="
+    for build in (
+        lambda: b.build(Doc(rec, {"a": 1}, "azE=")),
+        lambda: b.build_source(rec, {"a": 1}, "azE="),
+        lambda: b.build_raw(rec, "orders", b'{"a":1}', "azE="),
+    ):
+        with pytest.raises(ActionError, match=r"the key is bytes \(KEY_FORMAT=bytes\)"):
+            build()
+    # a key a transform made of a field (ValueToKey, ExtractField$Key) is that field's
+    assert b.build(Doc(rec, {"a": 1}, "order-7")).id == "order-7"
+    # the flow's own naming keeps the base64 text
+    assert builder(KEY_FORMAT="bytes").build_source(rec, {"a": 1}, "azE=").id == "azE="
+
+
+def test_the_processor_dead_letters_a_refused_key_with_its_reason() -> None:
+    s = Settings.load(
+        {"KAFKA_TOPICS": "orders", "KEY_FORMAT": "json", "ERRORS_TOLERANCE": "all",
+         "DLQ_TOPIC": "dead", **CONNECT}
+    )  # fmt: skip
+    batch = [
+        Message(topic="orders", partition=0, offset=0, key=b"1.5", value=b'{"a":1}'),
+        Message(topic="orders", partition=0, offset=1, key=b"7", value=b'{"a":1}'),
+    ]
+    out = Processor(s, [], 4)(batch)
+    dead = [item for _p, item in out if isinstance(item, DeadLetter)]
+    assert len(dead) == 1
+    assert (dead[0].stage, dead[0].record.offset) == ("index", 0)
+    assert dead[0].error_class == "sinks.actions.ActionError"
+    assert dead[0].message.startswith("the key is a float (1.5): Kafka Connect's")
+    written = [a for _p, item in out if not isinstance(item, DeadLetter) for a in item]
+    assert [a.id for a in written] == ["7"]
