@@ -103,6 +103,9 @@ class Processor:
         self._text_keys = settings.key_format == "string"
         self._policy = ErrorPolicy(settings.error_tolerance, "decode/transform")
         self._null_value = settings.on_null_value
+        # ON_NULL_KEY=fail, as Kafka Connect's sink: a tombstone without a key names no
+        # document to delete, so it is skipped (not a failed record).
+        self._keyless_deletes_skip = settings.doc_id == "key" and settings.on_null_key == "fail"
         self._trace = settings.dlq_stacktrace
 
     @failing.on_error
@@ -266,6 +269,8 @@ class Processor:
         if policy == "ignore":
             return None
         if policy == "delete":
+            if key is None and self._keyless_deletes_skip:
+                return None
             return Doc(rec, None, key, delete=True)
         if policy == "fail":
             raise RecordFailedError(

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 TOLERANCES = ("none", "all", "log")
 NULL_VALUE_POLICIES = ("ignore", "delete", "dlq", "fail")
-NULL_KEY_POLICIES = ("coordinates", "dlq")
+NULL_KEY_POLICIES = ("coordinates", "dlq", "fail")
 
 
 class DeadLetterSettings(Group):
@@ -51,7 +51,11 @@ class DeadLetterSettings(Group):
         "ON_NULL_VALUE", "ignore", "tombstones: ignore, delete (by document id), dlq or fail"
     )
     on_null_key: Annotated[str, OneOf(NULL_KEY_POLICIES)] = setting(
-        "ON_NULL_KEY", "coordinates", "DOC_ID=key with a null key: use coordinates, or dlq"
+        "ON_NULL_KEY",
+        "coordinates",
+        "DOC_ID=key with a null key: use coordinates, or dlq; or fail, as Kafka Connect's "
+        "sink: a failed record (ERRORS_TOLERANCE decides), and a tombstone under "
+        "ON_NULL_VALUE=delete skipped (it names no document)",
     )
     dlq_retry_budget_s: float = setting(
         "DLQ_RETRY_BUDGET_S",

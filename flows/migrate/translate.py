@@ -974,15 +974,14 @@ class _Translation:
                     "is a failed record, as the connector's DataException "
                     "(ES_INDEX_NAMING=connect)"
                 )
-                note = kinds + "; a record without a key gets topic+partition+offset"
-                if self.dlq:
-                    self.set("on_null_key", "dlq")
-                    note = (
-                        kinds + "; a record without a key is a failed record too (ON_NULL_KEY=dlq)"
-                    )
-                else:
-                    note += " (the connector fails on it: the flow indexes it instead)"
-                self.row("key.ignore", DEFAULT, f"DOC_ID=key, {sep}", note)
+                note = (
+                    kinds + "; a record without a key is a failed record too, as the "
+                    "connector's DataException, which the error policy decides (see "
+                    "errors.tolerance); a tombstone without a key is skipped under "
+                    "behavior.on.null.values=delete, as the connector skips it"
+                )
+                setting = f"DOC_ID=key, {sep}, {self.set('on_null_key', 'fail')}"
+                self.row("key.ignore", MAPPED, setting, note)
         # write method
         if method == "upsert":
             inflight = _int(self.cfg.get("max.in.flight.requests"), 5)
@@ -1235,7 +1234,8 @@ class _Translation:
                     "behavior.on.null.values",
                     MAPPED,
                     self.set("on_null_value", "delete"),
-                    "a tombstone deletes the document of its key"
+                    "a tombstone deletes the document of its key (one without a key is "
+                    "skipped, as the connector skips it)"
                     + (
                         " (versioned as the writes are)"
                         if "version" in self.m.settings

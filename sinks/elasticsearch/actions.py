@@ -116,7 +116,8 @@ class ActionBuilder:
             msg = "DOC_ID=field needs a field path"
             raise ValueError(msg)
         self._id_get = self._id_path.get if self._id_path is not None else _no_field
-        self._null_key_dlq = config.on_null_key == "dlq"
+        self._null_key_fails = config.on_null_key in ("dlq", "fail")
+        self._null_key_policy = config.on_null_key
         self._connect_keys = self._connect_names and self._key_ids
         self._bytes_keys = self._connect_keys and config.key_format == "bytes"
         """A string key may be the base64 of the record's bytes key: not an id."""
@@ -397,8 +398,8 @@ class ActionBuilder:
         mode = self._id_mode
         if mode == "key":
             if key is None:
-                if self._null_key_dlq:
-                    msg = "the record has no key (DOC_ID=key, ON_NULL_KEY=dlq)"
+                if self._null_key_fails:
+                    msg = f"the record has no key (DOC_ID=key, ON_NULL_KEY={self._null_key_policy})"
                     raise ActionError(msg)
                 return self._coordinates(rec, topic)
             if self._connect_keys:

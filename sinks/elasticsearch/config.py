@@ -53,7 +53,7 @@ class DocumentConfig:
     id_field: FieldPath | None
     """DOC_ID=field:<path>."""
     on_null_key: str
-    """ON_NULL_KEY: `coordinates` or `dlq`."""
+    """ON_NULL_KEY: `coordinates`, `dlq` or `fail` (both: a failed record)."""
     version: str
     """VERSION: `none`, `offset` or `header` (then `version_header`)."""
     version_header: str | None

@@ -701,3 +701,15 @@ def test_bytes_keys_the_ids_are_made_of_are_not_carried_over() -> None:
     m = translate(Connector("t", {**BASE, "key.converter": BYTES, "key.ignore": "true"}, "test"))
     assert status(m, "key.converter") == MAPPED
     assert m.faithful
+
+
+@pytest.mark.parametrize("dlq", [None, "dlq-orders"])
+def test_a_null_key_is_a_failed_record_as_the_connectors_data_exception(dlq: str | None) -> None:
+    # The connector fails a keyless record (key.ignore=false) whether or not it has a
+    # dead-letter topic; the flow used to index it under topic+partition+offset without one.
+    options = {"errors.deadletterqueue.topic.name": dlq} if dlq else {}
+    m = translate(Connector("t", {**BASE, **options}, "test"))
+    assert m.settings["on_null_key"] == "fail"
+    assert status(m, "key.ignore") == MAPPED
+    assert "a tombstone without a key is skipped" in row_of(m, "key.ignore").note
+    assert check_settings(m, yaml_text(m)) == []

@@ -271,3 +271,27 @@ def test_the_processor_dead_letters_a_refused_key_with_its_reason() -> None:
     assert dead[0].message.startswith("the key is a float (1.5): Kafka Connect's")
     written = [a for _p, item in out if not isinstance(item, DeadLetter) for a in item]
     assert [a.id for a in written] == ["7"]
+
+
+def test_null_keys_fail_as_the_connector_and_keyless_tombstones_are_skipped() -> None:
+    # key.ignore=false: a record without a key is the connector's DataException (a failed
+    # record), but a tombstone without one is skipped under behavior.on.null.values=delete.
+    s = Settings.load(
+        {"KAFKA_TOPICS": "orders", "ON_NULL_KEY": "fail", "ON_NULL_VALUE": "delete",
+         "ERRORS_TOLERANCE": "all", "DLQ_TOPIC": "dead", **CONNECT}
+    )  # fmt: skip
+    batch = [
+        Message(topic="orders", partition=0, offset=0, key=None, value=None),
+        Message(topic="orders", partition=0, offset=1, key=b"k1", value=None),
+        Message(topic="orders", partition=0, offset=2, key=None, value=b'{"a":1}'),
+    ]
+    out = Processor(s, [], 4)(batch)
+    dead = [item for _p, item in out if isinstance(item, DeadLetter)]
+    assert [(d.record.offset, d.message) for d in dead] == [
+        (2, "the record has no key (DOC_ID=key, ON_NULL_KEY=fail)")
+    ]
+    written = [a for _p, item in out if not isinstance(item, DeadLetter) for a in item]
+    assert [(a.id, a.record.offset) for a in written] == [("k1", 1)]  # the keyed delete
+    assert b'"delete"' in written[0].data
+    # no dead-letter topic is needed: without one the failed record stops the flow
+    Settings.load({"KAFKA_TOPICS": "orders", "ON_NULL_KEY": "fail"})
