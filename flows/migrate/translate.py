@@ -513,16 +513,39 @@ class _Translation:
                 self.seen.add(f"{side}.converter.{k}")
             option = f"{side}.converter" if origin == "connector" else f"worker {side}.converter"
             self.format(side, cls, opts, option, cls, origin)
+
+    def header_converter(self, version_header: str | None) -> None:
+        """header.converter decides what the connector reads of `version_header` (the
+        header whose number versions its writes, when it does): the flow reads that
+        header's bytes as UTF-8 decimal digits."""
         header = self.get("header.converter")
-        if header is not None:
-            simple = header.endswith("SimpleHeaderConverter")
+        if header is None:
+            return
+        short = header.rsplit(".", 1)[-1]
+        if header.endswith("SimpleHeaderConverter"):
+            self.row("header.converter", DEFAULT)
+        elif version_header is None:
             self.row(
                 "header.converter",
-                DEFAULT if simple else NO_EFFECT,
-                note=""
-                if simple
-                else "the flow reads a header's bytes as UTF-8 text (the "
-                "version header: its decimal digits)",
+                NO_EFFECT,
+                note="no header the connector reads decides what it writes",
+            )
+        elif short == "StringConverter":
+            self.row(
+                "header.converter",
+                MAPPED,
+                f"VERSION=header:{version_header}",
+                "the version header's UTF-8 text, which the flow reads too",
+            )
+        else:
+            self.row(
+                "header.converter",
+                UNSUPPORTED,
+                note=f"the connector reads the version header {version_header} through "
+                f"{short}, which does not give the header's text as it is: its versions (or "
+                "its task failures on a header it cannot read as a number) differ from the "
+                "flow's, which reads the header's bytes as UTF-8 decimal digits; nearest: "
+                "SimpleHeaderConverter or StringConverter on the connector before the switch",
             )
         for k in self.cfg:
             if k.startswith("header.converter."):
@@ -539,6 +562,16 @@ class _Translation:
     ) -> None:
         key_side = side == "key"
         setting_key = f"{side}_format"
+        if cls is None and key_side and not self.key_used:
+            self.row(
+                f"{side}.converter",
+                NO_EFFECT,
+                self.set(setting_key, "bytes"),
+                "not in the connector's configuration (the worker's applies), and keys are "
+                "not read (the ids are not keys): bytes never fails to decode",
+                value="(the worker's)",
+            )
+            return
         if cls is None:
             assumed = "string" if key_side else "json"
             self.row(
@@ -1004,6 +1037,7 @@ class _Translation:
         # versions
         header = self.get("external.version.header")
         versioned = self.key_used and method == "insert" and not self.data_stream
+        self.header_converter(header if header and versioned else None)
         if header and versioned:
             self.row(
                 "external.version.header",
@@ -1252,7 +1286,22 @@ class _Translation:
                     "the tombstone itself, which holds nothing: the flow skips it",
                 )
         elif behavior == "ignore":
-            if self.dlq and self.tolerance == "all":
+            # The connector reports each skipped tombstone when it has a reporter (a
+            # dead-letter topic or errors.log.enable); with errors.tolerance=none the
+            # report exceeds the tolerance and stops its task.
+            reporter = bool(self.dlq) or _flag(self.get("errors.log.enable"))
+            if reporter and self.lower("errors.tolerance") != "all":
+                self.row(
+                    "behavior.on.null.values",
+                    MAPPED,
+                    self.set("on_null_value", "fail"),
+                    "the connector reports a skipped tombstone ('Cannot write null valued "
+                    "record.') to its "
+                    + ("dead-letter topic" if self.dlq else "log")
+                    + ", which exceeds errors.tolerance=none and stops its task: a tombstone "
+                    "stops the flow too",
+                )
+            elif self.dlq:
                 self.row(
                     "behavior.on.null.values",
                     MAPPED,

@@ -107,8 +107,21 @@ def test_quickstart_with_its_worker() -> None:
 def test_without_the_worker_the_converters_are_unknown() -> None:
     m = migrate("quickstart.properties")
     assert status(m, "value.converter") == UNSUPPORTED
-    assert status(m, "key.converter") == UNSUPPORTED
+    # key.ignore=true: the keys are never read, so the worker's key converter is moot
+    assert status(m, "key.converter") == NO_EFFECT
+    assert m.settings["key_format"] == "bytes"
     assert "kafka_bootstrap_servers: the worker's bootstrap.servers" in yaml_text(m)
+
+
+def test_an_inherited_key_converter_of_ignored_keys_does_not_fail_the_migration() -> None:
+    config = {k: v for k, v in BASE.items() if k != "key.converter"}
+    m = translate(Connector("t", {**config, "key.ignore": "true"}, "test"))
+    assert status(m, "key.converter") == NO_EFFECT
+    assert m.faithful  # migrate config exits 0
+    assert check_settings(m, yaml_text(m)) == []
+    # keys the ids are made of: the worker's converter must be known
+    m = translate(Connector("t", config, "test"))
+    assert status(m, "key.converter") == UNSUPPORTED
 
 
 def test_keyed_documents() -> None:
@@ -713,3 +726,47 @@ def test_a_null_key_is_a_failed_record_as_the_connectors_data_exception(dlq: str
     assert status(m, "key.ignore") == MAPPED
     assert "a tombstone without a key is skipped" in row_of(m, "key.ignore").note
     assert check_settings(m, yaml_text(m)) == []
+
+
+@pytest.mark.parametrize(
+    ("converter", "wanted"),
+    [
+        ("org.apache.kafka.connect.storage.SimpleHeaderConverter", DEFAULT),
+        ("org.apache.kafka.connect.storage.StringConverter", MAPPED),
+        ("org.apache.kafka.connect.converters.ByteArrayConverter", UNSUPPORTED),
+        ("org.apache.kafka.connect.json.JsonConverter", UNSUPPORTED),
+    ],
+)
+def test_the_header_converter_of_a_version_header(converter: str, wanted: str) -> None:
+    # The connector reads external.version.header through header.converter: one that does
+    # not give the header's text changes its versions, which the flow cannot follow.
+    options = {"external.version.header": "v", "header.converter": converter}
+    m = translate(Connector("t", {**BASE, **options}, "test"))
+    assert m.settings["version"] == "header:v"
+    assert status(m, "header.converter") == wanted, row_of(m, "header.converter")
+    if wanted == UNSUPPORTED:
+        assert "reads the version header v through" in row_of(m, "header.converter").note
+        assert not m.faithful
+    # without a version header it decides nothing the connector writes
+    m = translate(Connector("t", {**BASE, "header.converter": converter}, "test"))
+    assert status(m, "header.converter") in (DEFAULT, NO_EFFECT)
+
+
+@pytest.mark.parametrize(
+    ("options", "policy"),
+    [
+        # a reporter and errors.tolerance=none: the report of a skipped tombstone stops
+        # the connector's task
+        ({"errors.deadletterqueue.topic.name": "dlq-orders"}, "fail"),
+        ({"errors.log.enable": "true"}, "fail"),
+        # errors.tolerance=all: reported and skipped
+        ({"errors.deadletterqueue.topic.name": "dlq-orders", "errors.tolerance": "all",
+          "drop.invalid.message": "true", "behavior.on.malformed.documents": "ignore"}, "dlq"),
+        ({}, None),  # no reporter: skipped (ON_NULL_VALUE=ignore, the default)
+    ],
+)  # fmt: skip
+def test_ignored_tombstones_with_a_reporter(options: dict[str, str], policy: str | None) -> None:
+    config = {**BASE, "behavior.on.null.values": "ignore", **options}
+    m = translate(Connector("t", config, "test"))
+    assert m.settings.get("on_null_value") == policy, row_of(m, "behavior.on.null.values")
+    assert status(m, "behavior.on.null.values") == MAPPED
