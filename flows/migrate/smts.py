@@ -404,7 +404,8 @@ class _Chain:
             MAPPED,
             [{"type": "route", "index": template}],
             "a dated index per record timestamp (UTC), named by ES_INDEX_NAMING=connect as the "
-            "connector names the routed topic",
+            "connector names the routed topic; a topic+partition+offset id names the routed "
+            "topic too, as the connector's",
         )
 
     def smt_RegexRouter(self, step: Step) -> Outcome:
@@ -424,8 +425,8 @@ class _Chain:
         return Outcome(
             MAPPED,
             [{"type": "route", "topic_regex": regex, "replacement": replacement}],
-            "a topic the regex matches whole is renamed, and its index named after the new "
-            "name (ES_INDEX_NAMING=connect)",
+            "a topic the regex matches whole is renamed, and its index (and a "
+            "topic+partition+offset id) named after the new name (ES_INDEX_NAMING=connect)",
         )
 
     def smt_Filter(self, step: Step) -> Outcome:
