@@ -4,7 +4,8 @@ The public names below are what user code imports (`from flows import build_flow
 longer paths (`flows.pipeline.build_flow`, `flows.record.Doc`, ...) keep working, and
 `flows.runtime.shutdown.install` stays where it is (its name says nothing outside its
 module). They load on first use (PEP 562), so `import flows.config` does not pull in
-Bytewax, the clients or the registries.
+Bytewax, the clients or the registries. `from flows import collector, shutdown`, which a
+flow module of one's own used before they moved to `flows.runtime`, still gives them.
 """
 
 from __future__ import annotations
@@ -49,7 +50,18 @@ __all__ = [
 ]
 
 
+_MOVED_MODULES = {
+    "collector": "flows.runtime.collector",
+    "shutdown": "flows.runtime.shutdown",
+}
+"""Modules a user's flow module imports from `flows` by their old home."""
+
+
 def __getattr__(name: str) -> Any:
+    if name in _MOVED_MODULES:
+        value = import_module(_MOVED_MODULES[name])
+        globals()[name] = value
+        return value
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'flows' has no attribute {name!r}")

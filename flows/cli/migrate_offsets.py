@@ -199,7 +199,7 @@ def _members(settings: Settings, group: str, option: str, tries: int = 3) -> str
     Problem, as a group not known to be empty may still commit."""
     from confluent_kafka import KafkaError, KafkaException
 
-    from flows.topics import COORDINATOR_LOADING
+    from flows.kafka.topics import COORDINATOR_LOADING
 
     client = common.admin(settings)
     for attempt in range(1, tries + 1):

@@ -132,6 +132,7 @@ class DocumentSettings(Group):
         topics_regex: str | None
         on_null_value: str
         on_null_key: str
+        key_format: str
         transforms: tuple[dict[str, Any], ...]
 
     @field_validator("doc_id")
@@ -234,6 +235,7 @@ class DocumentSettings(Group):
             index_allow=re.compile(self.es_index_allow) if self.es_index_allow else None,
             index_naming=self.es_index_naming,
             id_separator=self.doc_id_separator,
+            key_format=self.key_format,
         )
 
 

@@ -25,6 +25,16 @@ def test_the_top_level_names_are_the_documented_ones() -> None:
     assert flows.Transform is Transform
 
 
+def test_a_flow_module_of_ones_own_imports_the_moved_modules_by_their_old_home() -> None:
+    """`from flows import collector, shutdown`, as user flow modules wrote it, still works."""
+    code = (
+        "from flows import collector, shutdown; import flows.runtime.shutdown as s;"
+        "import flows.runtime.collector as c; print(shutdown is s and collector is c)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
 def test_an_unknown_name_is_an_attribute_error() -> None:
     try:
         _ = flows.no_such_name  # type: ignore[attr-defined]
