@@ -18,6 +18,14 @@ names it, all it does is `schemaless_reader(payload, writer, writer)`; for such 
 call is made here, with the schema it parsed. The first record of each topic and schema id,
 and every other record, go through `AvroDeserializer`, which fetches the schema and raises
 what it raises (flows.decode.registry classifies it).
+
+Once a schema id is known, its records take a shorter way still (`read_known`, which
+`RegistryDecoder` tries before it builds a serialization context): a reader compiled for
+that writer schema (flows.decode.avro_reader), which makes values JSON-compatible as it
+reads them; for a schema it does not compile, fastavro with a conversion that visits only
+the fields whose types need one (`converter`) instead of `jsonable` walking every value. A
+record either cannot read is decoded the long way, which raises the error a dead letter
+carries.
 """
 
 from __future__ import annotations
@@ -25,13 +33,16 @@ from __future__ import annotations
 import datetime
 import io
 import math
+from collections.abc import Callable
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from flows.decode.avro_reader import compile_reader
 from flows.decode.common import DecodeError, Decoder, b64
 from flows.decode.registry import (
     DESERIALIZER_CONF,
+    KNOWN_MISS,
     Deserializer,
     Post,
     RegistryDecoder,
@@ -72,29 +83,43 @@ class _AvroDeserializer:
         self._read = schemaless_reader
         self._suffix = "-value" if is_value else "-key"
         self._header = schema_id_header(is_value)
-        self._direct: dict[tuple[str, bytes], Any] = {}
-        """(topic, the 4 id bytes) -> the parsed writer schema, or None: not read directly."""
+        self._direct: dict[tuple[str, bytes], _Direct | None] = {}
+        """(topic, the 4 id bytes) -> its direct reader, or None: not read directly."""
 
     def __call__(self, data: bytes, ctx: Any) -> Any:
         if not prefix_framed(data, ctx, self._header):
             return self._confluent(data, ctx)
         key = (ctx.topic, data[1:5])
-        schema = self._direct.get(key, _UNKNOWN)
-        if schema is _UNKNOWN:
+        direct = self._direct.get(key, _UNKNOWN)
+        if direct is _UNKNOWN:
             value = self._confluent(data, ctx)  # fetches the schema, or raises
             try:
-                direct = self._direct_schema(*key)
+                schema = self._direct_schema(*key)
+                direct = None if schema is None else _Direct(schema)
             except Exception:  # the record is decoded; read its kind the long way
                 direct = None
             if len(self._direct) >= _CACHE_LIMIT:
                 self._direct.clear()
             self._direct[key] = direct
             return value
-        if schema is None:
+        if direct is None:
             return self._confluent(data, ctx)
         payload = io.BytesIO(data)
         payload.seek(5)
-        return self._read(payload, schema, schema, False)
+        return self._read(payload, direct.schema, direct.schema, False)
+
+    def read_known(self, data: bytes, topic: str, headers: Any) -> Any:
+        """The JSON-compatible value of a record of a schema id already read directly, or
+        `KNOWN_MISS` (anything else, or a record that fails: the long way says why)."""
+        if len(data) <= 5 or data[0] != 0:
+            return KNOWN_MISS
+        direct = self._direct.get((topic, data[1:5]))
+        if direct is None or (headers and any(h[0] == self._header for h in headers)):
+            return KNOWN_MISS
+        try:
+            return direct.read(data)
+        except Exception:  # decoded again the long way, which raises the error to report
+            return KNOWN_MISS
 
     def _direct_schema(self, topic: str, schema_id: bytes) -> Any:
         """The parsed writer schema if `AvroDeserializer` would only call fastavro with it."""
@@ -113,6 +138,80 @@ class _AvroDeserializer:
             return None
         parsed = parse(schema)
         return parsed if type(parsed) is dict and parsed.get("type") == "record" else None
+
+
+class _Direct:
+    """The reader of one writer schema: `read(payload)` is the JSON-compatible value of a
+    Confluent-framed payload, by the reader compiled for the schema
+    (flows.decode.avro_reader), else by fastavro with only the fields that need converting
+    visited (`converter`). Either may raise on a record it cannot read."""
+
+    __slots__ = ("read", "schema")
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.schema = schema
+        compiled = compile_reader(schema)
+        self.read: Callable[[bytes], Any] = compiled or _fastavro_reader(schema)
+
+
+def _fastavro_reader(schema: dict[str, Any]) -> Callable[[bytes], Any]:
+    from fastavro import schemaless_reader
+
+    convert = converter(schema)
+
+    def read(data: bytes) -> Any:
+        payload = io.BytesIO(data)
+        payload.seek(5)
+        value = schemaless_reader(payload, schema, None)
+        return value if convert is None else convert(value)
+
+    return read
+
+
+_PLAIN = frozenset({"null", "boolean", "int", "long", "string", "enum"})
+"""Types whose decoded values are JSON-compatible as fastavro returns them."""
+
+
+def converter(schema: Any) -> Callable[[Any], Any] | None:
+    """What makes a value fastavro decoded with this (parsed) schema JSON-compatible, as
+    `jsonable` would, visiting only what can need it; None: the value already is.
+
+    Floats, bytes, fixed, logical types, unions holding any of them and named-type
+    references are left to `jsonable`, so each result and each error is jsonable's."""
+    if isinstance(schema, str):
+        return None if schema in _PLAIN else jsonable
+    if isinstance(schema, list):  # a union: jsonable tells its branches apart by value
+        return None if all(converter(s) is None for s in schema) else jsonable
+    if not isinstance(schema, dict) or "logicalType" in schema:
+        return jsonable
+    kind = schema.get("type")
+    if kind in ("record", "error"):
+        fields = [(f["name"], c) for f in schema["fields"] if (c := converter(f["type"]))]
+        return None if not fields else _record(fields)
+    if kind == "array":
+        items = converter(schema["items"])
+        return None if items is None else _array(items)
+    if kind == "map":
+        values = converter(schema["values"])
+        return None if values is None else _map(values)
+    return converter(kind) if isinstance(kind, str) and kind != "fixed" else jsonable
+
+
+def _record(fields: list[tuple[str, Callable[[Any], Any]]]) -> Callable[[Any], Any]:
+    def convert(value: dict[str, Any]) -> dict[str, Any]:  # fastavro's fresh dict
+        for name, field in fields:
+            value[name] = field(value[name])
+        return value
+
+    return convert
+
+
+def _array(items: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: [items(v) for v in value]
+
+
+def _map(values: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: {k: values(v) for k, v in value.items()}
 
 
 def jsonable(value: Any) -> Any:

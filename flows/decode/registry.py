@@ -58,7 +58,12 @@ Post: TypeAlias = Callable[[Any], Any] | None
 """Applied to each deserialized value (None: the value is already JSON-compatible)."""
 DeserializerFactory: TypeAlias = Callable[[Any, bool], tuple[Deserializer, Post]]
 """`(client, is_value) -> (deserializer, post)`, called once on the first record; a
-module-level function, so a `RegistryDecoder` pickles by reference to it."""
+module-level function, so a `RegistryDecoder` pickles by reference to it. A deserializer
+may also have `read_known(data, topic, headers)`: the final value (`post` applied) of a
+record whose schema it already holds, or `KNOWN_MISS` for any other record, which then
+takes the long way (a serialization context, the deserializer, `post`)."""
+KNOWN_MISS: Any = object()
+"""`read_known`'s answer for a record it leaves to the long way."""
 
 _REGISTRY_NUMERIC_KEYS = frozenset(
     {
@@ -188,6 +193,7 @@ class RegistryDecoder:
         """SCHEMA_REGISTRY_RETRY_BUDGET_S: how long a record waits for the registry; 0: ever."""
         self._lock = threading.Lock()
         self._deserializer: Deserializer | None = None
+        self._known: Callable[[bytes, str, Any], Any] | None = None
         self._post: Post = None
         self._client: Any = None
         self._field: Any = None
@@ -227,6 +233,7 @@ class RegistryDecoder:
             self._ctx = SerializationContext
             self._registry_error = SchemaRegistryError
             self._unavailable = _transport_errors()
+            self._known = getattr(deserializer, "read_known", None)
             self._deserializer = deserializer
             return deserializer
 
@@ -247,6 +254,13 @@ class RegistryDecoder:
         """
         deserializer = self._deserializer or self._start()
         data: bytes = record.value if self._is_value else record.key  # type: ignore[assignment]
+        known = self._known
+        if known is not None:
+            obj = known(data, record.topic, record.headers)
+            if obj is not KNOWN_MISS:
+                if self._is_value and type(obj) is not dict:
+                    raise not_object(data, obj, self._fmt)
+                return obj
         assert self._ctx is not None
         ctx = self._ctx(record.topic, self._field, list(record.headers) or None)
         obj, error = self._decode_once(deserializer, data, ctx)

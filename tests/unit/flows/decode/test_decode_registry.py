@@ -23,7 +23,7 @@ from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField
 
 from flows.decode import DecodeError, RegistryUnavailableError
-from flows.decode.avro import jsonable
+from flows.decode.avro import _Direct, converter, jsonable
 from flows.errors import ConfigError
 from tests.support.decode import (
     FAST_GIVE_UP,
@@ -160,7 +160,7 @@ def test_avro_direct_read_gives_avro_deserializers_values(
     decode = value_decoder("avro", **registry_env(registry))
     assert decode(rec(payloads[0])) == jsonable(reference(payloads[0], ctx()))
     deserializer = decode._deserializer
-    assert [type(s) for s in deserializer._direct.values()] == [dict]  # read directly now
+    assert [type(s) for s in deserializer._direct.values()] == [_Direct]  # read directly now
     calls = []
     confluent = deserializer._confluent
     deserializer._confluent = lambda data, c: calls.append(data) or confluent(data, c)
@@ -182,6 +182,112 @@ def test_avro_direct_read_gives_avro_deserializers_values(
     assert calls == [framed_by_header] and len(deserializer._direct) == 1  # no id from it
 
 
+def test_known_schema_ids_skip_the_serialization_context(
+    registry: SchemaRegistryStub, client: SchemaRegistryClient
+) -> None:
+    """Records of a schema id already read are decoded by `read_known`, without a context;
+    a bad one goes the long way and carries the error it carried before."""
+    payload = AvroSerializer(client, ORDER_SCHEMA)(ORDER, ctx())
+    decode = value_decoder("avro", **registry_env(registry))
+    long_way = value_decoder("avro", **registry_env(registry))
+    first = decode(rec(payload))
+    long_way(rec(payload))
+    long_way._known = None  # every record the long way, as before `read_known`
+    contexts = []
+    make_ctx = decode._ctx
+    decode._ctx = lambda *a: contexts.append(a) or make_ctx(*a)
+    assert decode(rec(payload)) == first == long_way(rec(payload))
+    assert contexts == []
+    bad = {
+        "truncated": payload[:-4],
+        "bad union index": payload[:5] + b"\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01",
+        "short": payload[:6],
+    }
+    for name, raw in bad.items():
+        with pytest.raises(DecodeError) as got:
+            decode(rec(raw))
+        with pytest.raises(DecodeError) as want:
+            long_way(rec(raw))
+        assert str(got.value) == str(want.value), name
+    assert len(contexts) == len(bad)
+
+
+CONVERTED_SCHEMAS = [
+    ORDER_SCHEMA,
+    {"type": "record", "name": "P", "fields": [{"name": "a", "type": "string"}]},
+    {
+        "type": "record",
+        "name": "N",
+        "fields": [
+            {"name": "xs", "type": {"type": "array", "items": "double"}},
+            {"name": "m", "type": {"type": "map", "values": {"type": "array", "items": "float"}}},
+            {
+                "name": "inner",
+                "type": {
+                    "type": "record",
+                    "name": "I",
+                    "fields": [
+                        {"name": "b", "type": ["null", "bytes", "double"]},
+                        {"name": "s", "type": ["null", "string"]},
+                        {"name": "d", "type": {"type": "fixed", "name": "F", "size": 1}},
+                    ],
+                },
+            },
+            {"name": "again", "type": "I"},
+            {"name": "rs", "type": {"type": "array", "items": "I"}},
+            {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B"]}},
+        ],
+    },
+]
+INNER = {"b": b"\x01", "s": "x", "d": b"z"}
+CONVERTED_VALUES = [
+    [ORDER, {**ORDER, "tags": {"a": float("nan")}}],
+    [{"a": "text"}],
+    [
+        {"xs": [1.5], "m": {"k": [2.5]}, "inner": INNER, "again": INNER, "rs": [], "e": "A"},
+        {
+            "xs": [],
+            "m": {"k": [], "j": [float("-inf")]},
+            "inner": {**INNER, "b": 3.5},
+            "again": {**INNER, "b": None},
+            "rs": [INNER, {**INNER, "b": float("nan")}],
+            "e": "B",
+        },
+        {"xs": [float("nan"), float("inf")], "m": {}, "inner": INNER, "again": INNER,
+         "rs": [], "e": "A"},
+    ],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("index", range(len(CONVERTED_SCHEMAS)))
+def test_converter_gives_jsonables_values_and_errors(index: int) -> None:
+    """The converter compiled for a schema visits only what needs converting: each value
+    and each error must still be exactly `jsonable`'s."""
+    import copy
+    import io
+
+    import fastavro
+
+    raw = CONVERTED_SCHEMAS[index]
+    schema = fastavro.parse_schema(orjson.loads(raw) if isinstance(raw, str) else raw)
+    convert = converter(schema)
+    for value in CONVERTED_VALUES[index]:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, schema, value)
+        decoded = fastavro.schemaless_reader(io.BytesIO(buf.getvalue()), schema, None)
+        try:
+            want: object = jsonable(copy.deepcopy(decoded))
+        except DecodeError as e:
+            want = str(e)
+        try:
+            got: object = decoded if convert is None else convert(decoded)
+        except DecodeError as e:
+            got = str(e)
+        assert got == want
+        assert type(got) is type(want)
+    assert converter(fastavro.parse_schema({"type": "array", "items": "string"})) is None
+
+
 def test_avro_keys_are_read_directly_under_their_own_subject(
     registry: SchemaRegistryStub, client: SchemaRegistryClient
 ) -> None:
@@ -189,7 +295,7 @@ def test_avro_keys_are_read_directly_under_their_own_subject(
     payload = AvroSerializer(client, schema)({"id": "k-1"}, ctx(MessageField.KEY))
     decode = key_decoder("avro", **registry_env(registry))
     assert decode(rec(key=payload)) == {"id": "k-1"}
-    assert [type(s) for s in decode._deserializer._direct.values()] == [dict]
+    assert [type(s) for s in decode._deserializer._direct.values()] == [_Direct]
     assert decode(rec(key=payload)) == {"id": "k-1"}  # read directly
     scalar = AvroSerializer(client, '"string"')("k-2", ctx(MessageField.KEY))
     assert decode(rec(key=scalar)) == "k-2"  # not a record: AvroDeserializer's, always
