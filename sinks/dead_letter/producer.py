@@ -53,7 +53,14 @@ _HINTS = {
 }
 RETRY_INITIAL_S = 0.1
 RETRY_MAX_S = 10.0
-_PRODUCER_DEFAULTS = {"linger.ms": 5, "message.max.bytes": 1_000_000_000, "compression.type": "lz4"}
+_PRODUCER_DEFAULTS = {
+    "linger.ms": 1000,
+    "message.max.bytes": 1_000_000_000,
+    "compression.type": "lz4",
+}
+"""A long linger: bad records trickle in, and a short one made a produce request (with the
+broker's and librdkafka's work for it) of almost every letter. Nothing waits on it:
+`flush()` in `send()` and `confirm()` sends what is queued at once, linger or not."""
 # No duplicates or reordering on retries, and no loss on a leader change.
 _PRODUCER_OVERRIDES = {"enable.idempotence": True, "acks": "all"}
 Failed = tuple[DeadLetter, KafkaError]

@@ -403,3 +403,27 @@ def test_a_delivery_timeout_is_retried_although_its_report_is_not_marked_retriab
     monkeypatch.setattr(PRODUCER, lambda conf: fake.append(TimesOutOnce(conf, 2)) or fake[-1])
     dlq_producer({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq"}).send([SMALL])
     assert len(fake) == 1 and fake[0].sent and not failing.failing()
+
+
+def test_letters_linger_in_the_producer_until_a_flush_confirms_them(monkeypatch):
+    """The shared producer waits for more letters before a request (a request per letter
+    cost more than the letter), a setting a user's KAFKA_CONFIG_LINGER_MS still overrides;
+    `confirm()` still flushes what is queued."""
+    confs: list[dict[str, Any]] = []
+    fake: list[FakeProducer] = []
+
+    def make(conf: dict[str, Any]) -> FakeProducer:
+        confs.append(conf)
+        fake.append(FakeProducer(conf))
+        return fake[-1]
+
+    monkeypatch.setattr(PRODUCER, make)
+    producer = dlq_producer({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq"})
+    assert confs[0]["linger.ms"] == 1000
+    failed: list[Any] = []
+    producer.produce([SMALL], failed)
+    assert fake[0].reports  # queued, not yet confirmed
+    producer.confirm(failed)
+    assert not fake[0].reports and fake[0].sent and not failed
+    dlq_producer({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dlq", "KAFKA_CONFIG_LINGER_MS": "7"})
+    assert confs[1]["linger.ms"] in (7, "7")
