@@ -108,8 +108,9 @@ def snapshot_sources(work: Path) -> Path:
     there: other people may edit the working tree during a run, and each figure must come
     from the same code."""
     src = work / "src"
-    for pkg in ("flows", "sinks", "bench"):
+    for pkg in ("flows", "sinks", "tools/bench"):
         shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / "tools" / "__init__.py", src / "tools" / "__init__.py")
     # Compiled once, as an installed app or the Docker image is: else every system's first
     # process compiles the ~14,000 lines it imports (~0.1 s of CPU) into its figures.
     compileall.compile_dir(src, quiet=1)
@@ -156,7 +157,7 @@ def launch(
     if system == "quix":
         assert ctx.tools_python is not None
         state = ctx.work / f"quix-state-{ctx.variant}-{tag}"
-        cmd = [str(ctx.tools_python), str(_SRC[0] / "bench" / "quix_app.py")]
+        cmd = [str(ctx.tools_python), str(_SRC[0] / "tools" / "bench" / "quix_app.py")]
         cmd += ["--bootstrap", svc.bootstrap, "--es", svc.es_url, "--topic", topic]
         cmd += ["--group", group, "--index", index, "--state-dir", str(state)]
         return [Proc(system, cmd, child_env(), ctx.work, logf)]
