@@ -85,6 +85,9 @@ class _AvroDeserializer:
         self._header = schema_id_header(is_value)
         self._direct: dict[tuple[str, bytes], _Direct | None] = {}
         """(topic, the 4 id bytes) -> its direct reader, or None: not read directly."""
+        self._readers: dict[str, _Direct] = {}
+        """Schema text -> its reader: topics whose records share a schema share one reader,
+        compiled once (compiling a large schema takes a fraction of a second)."""
 
     def __call__(self, data: bytes, ctx: Any) -> Any:
         if not prefix_framed(data, ctx, self._header):
@@ -94,8 +97,7 @@ class _AvroDeserializer:
         if direct is _UNKNOWN:
             value = self._confluent(data, ctx)  # fetches the schema, or raises
             try:
-                schema = self._direct_schema(*key)
-                direct = None if schema is None else _Direct(schema)
+                direct = self._direct_reader(*key)
             except Exception:  # the record is decoded; read its kind the long way
                 direct = None
             if len(self._direct) >= _CACHE_LIMIT:
@@ -121,8 +123,9 @@ class _AvroDeserializer:
         except Exception:  # decoded again the long way, which raises the error to report
             return KNOWN_MISS
 
-    def _direct_schema(self, topic: str, schema_id: bytes) -> Any:
-        """The parsed writer schema if `AvroDeserializer` would only call fastavro with it."""
+    def _direct_reader(self, topic: str, schema_id: bytes) -> _Direct | None:
+        """The reader of the writer schema if `AvroDeserializer` would only call fastavro
+        with it, else None."""
         confluent = self._confluent
         # Its own parsed-schema cache, and what would make it do more than read: not public
         # API, so a confluent-kafka without them leaves every record to AvroDeserializer.
@@ -137,7 +140,14 @@ class _AvroDeserializer:
         if rules is not None and (rules.domain_rules or rules.encoding_rules):
             return None
         parsed = parse(schema)
-        return parsed if type(parsed) is dict and parsed.get("type") == "record" else None
+        if type(parsed) is not dict or parsed.get("type") != "record":
+            return None
+        direct = self._readers.get(schema.schema_str)
+        if direct is None:
+            if len(self._readers) >= _CACHE_LIMIT:
+                self._readers.clear()
+            direct = self._readers[schema.schema_str] = _Direct(parsed)
+        return direct
 
 
 class _Direct:

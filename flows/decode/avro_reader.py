@@ -31,6 +31,10 @@ class Unread(Exception):  # not an error: "read it the long way"
     """The compiled reader leaves this record to fastavro."""
 
 
+_MAX_LINES = 20_000
+"""Past this many lines of source a schema is left to fastavro: named types reused inside
+named types are written out at each use, so the source can grow exponentially with depth."""
+
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 
 
@@ -86,6 +90,8 @@ class _Writer:
         return f"C[{len(self.constants) - 1}]"
 
     def emit(self, depth: int, line: str) -> None:
+        if len(self.lines) >= _MAX_LINES:
+            raise _Unsupported
         self.lines.append("    " * depth + line)
 
     def long(self, depth: int) -> str:
@@ -164,7 +170,10 @@ class _Writer:
             self.emit(depth, "    raise Unread")
             return f"{self.const(tuple(schema['symbols']))}[{index}]"
         if kind == "fixed":
-            out, width = self.var(), int(schema["size"])
+            width = schema["size"]
+            if type(width) is not int or width < 0:  # fastavro's reader refuses it
+                raise _Unsupported
+            out = self.var()
             self.emit(depth, f"{out} = b64(data[pos:pos + {width}])")
             self.emit(depth, f"pos += {width}")
             return out

@@ -7,6 +7,7 @@ import copy
 import io
 import random
 import struct
+import time
 from typing import Any
 
 import fastavro
@@ -180,6 +181,33 @@ def test_schemas_it_does_not_compile() -> None:
         deep = {"type": "array", "items": deep}
     nested = {"type": "record", "name": "D", "fields": [{"name": "d", "type": deep}]}
     assert compile_reader(fastavro.parse_schema(nested)) is None
+
+
+def test_a_fixed_of_negative_size_is_left_to_fastavro() -> None:
+    """fastavro refuses every record of it (a dead letter): no reader may index one."""
+    schema = {
+        "type": "record",
+        "name": "F",
+        "fields": [
+            {"name": "a", "type": {"type": "fixed", "name": "N", "size": -3}},
+            {"name": "b", "type": "string"},
+        ],
+    }
+    assert compile_reader(fastavro.parse_schema(schema)) is None
+
+
+def test_named_types_reused_at_every_depth_are_left_to_fastavro() -> None:
+    """Each use of a named type is written out again: a schema reusing one inside another
+    level after level would take minutes to compile, so it gets no reader, at once."""
+    first = {"type": "record", "name": "L0", "fields": [{"name": "x", "type": "long"}]}
+    levels: list[Any] = [first]
+    for i in range(1, 17):
+        fields = [{"name": f"f{j}", "type": ["null", f"L{i - 1}"]} for j in range(2)]
+        levels.append({"type": "record", "name": f"L{i}", "fields": fields})
+    top = {"type": "record", "name": "Top", "fields": [{"name": "all", "type": levels}]}
+    started = time.monotonic()
+    assert compile_reader(fastavro.parse_schema(top)) is None
+    assert time.monotonic() - started < 10
 
 
 def test_floats_read_as_fastavro_reads_them() -> None:

@@ -20,11 +20,12 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient, header_schema_id_serializer
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
-from confluent_kafka.serialization import MessageField
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from flows.decode import DecodeError, RegistryUnavailableError
 from flows.decode.avro import _Direct, converter, jsonable
 from flows.errors import ConfigError
+from flows.record import Record
 from tests.support.decode import (
     FAST_GIVE_UP,
     ctx,
@@ -180,6 +181,25 @@ def test_avro_direct_read_gives_avro_deserializers_values(
     assert framed_by_header[0] == 0
     assert decode(rec(framed_by_header, headers=tuple(headers)))["price"] == "12.30"
     assert calls == [framed_by_header] and len(deserializer._direct) == 1  # no id from it
+
+
+def test_topics_sharing_a_schema_share_its_compiled_reader(
+    registry: SchemaRegistryStub, client: SchemaRegistryClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema id the registry gives several topics is compiled once, not once a topic."""
+    from flows.decode import avro
+
+    compiled: list[object] = []
+    compile_reader = avro.compile_reader
+    monkeypatch.setattr(avro, "compile_reader", lambda s: compiled.append(s) or compile_reader(s))
+    decode = value_decoder("avro", **registry_env(registry))
+    serializer = AvroSerializer(client, ORDER_SCHEMA)
+    for topic in ("orders-a", "orders-b", "orders-c"):
+        payload = serializer(ORDER, SerializationContext(topic, MessageField.VALUE))
+        record = Record(topic, 0, 7, None, None, payload)
+        assert decode(record) == decode(record)  # the second read by the compiled reader
+    readers = set(map(id, decode._deserializer._direct.values()))
+    assert len(compiled) == 1 and len(readers) == 1
 
 
 def test_known_schema_ids_skip_the_serialization_context(
