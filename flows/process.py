@@ -44,7 +44,7 @@ from flows.decode import DecodeError, build_decoder
 from flows.decode.json import RawObjects, json_ints_checked_later
 from flows.errors import RecordFailedError
 from flows.record import DeadLetter, Doc, Record
-from flows.transforms import Transform, apply_transforms, build_transforms
+from flows.transforms import Transform, build_transforms, compile_transforms
 from flows.transforms.cdc import tombstone_topics
 from sinks import failing
 from sinks.dead_letter.policy import ErrorPolicy
@@ -85,6 +85,8 @@ class Processor:
         self._value = build_decoder(settings, "value")
         self._key = build_decoder(settings, "key")
         self._transforms = build_transforms(settings.transforms) + list(transforms)
+        # The chain as one generated function (`flows.transforms.compiled`).
+        self._chain = compile_transforms(self._transforms)
         # Without transforms each decoded value is encoded whole into its action, so JSON
         # values leave their integer check until then (`flows.decode.json.IntsChecked`).
         self._check_ints: Callable[[bytes], None] | None = None
@@ -113,6 +115,7 @@ class Processor:
         """Process one batch in order; see the module docstring."""
         decode_value, decode_key = self._value, self._key
         transforms, build = self._transforms, self._actions.build
+        chain = self._chain
         build_source = self._actions.build_source
         policy, trace = self._policy, self._trace
         check_ints = self._check_ints
@@ -200,7 +203,7 @@ class Processor:
                     continue
                 if dead is None and doc is not None and transforms:
                     try:
-                        docs = apply_transforms(transforms, doc)
+                        docs = chain(doc)
                     except Exception as e:  # any error in user code dead-letters the record
                         dead = DeadLetter.from_exception(rec, "transform", e, trace)
                     else:

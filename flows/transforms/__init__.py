@@ -55,10 +55,26 @@ from flows.transforms import (  # noqa: F401
     route,
     timestamps,
 )
+from flows.transforms.compiled import (
+    Compiled,
+    check_fan_out,
+    compile_transforms,
+    foreign_record,
+    transform_name,
+)
 from flows.transforms.entry import Entry
 from flows.transforms.registry import BUILTINS, Builtin, Transform, builtin, label
 
-__all__ = ["BUILTINS", "Builtin", "Transform", "apply_transforms", "build_transforms", "builtin"]
+__all__ = [
+    "BUILTINS",
+    "Builtin",
+    "Compiled",
+    "Transform",
+    "apply_transforms",
+    "build_transforms",
+    "builtin",
+    "compile_transforms",
+]
 
 
 def apply_transforms(transforms: Sequence[Transform], doc: Doc) -> list[Doc]:
@@ -88,13 +104,13 @@ def apply_transforms(transforms: Sequence[Transform], doc: Doc) -> list[Doc]:
             return []
         if isinstance(out, Doc):
             if out.record is not record:
-                raise _foreign_record(transform)
+                raise foreign_record(transform)
             doc = out
             continue
         if isinstance(out, list):
             return _fan_out(list(it), transform, out, record)
         msg = (
-            f"transform {_name(transform)} returned {type(out).__name__}; "
+            f"transform {transform_name(transform)} returned {type(out).__name__}; "
             "expected a Doc, a list of Docs or None"
         )
         raise TypeError(msg)
@@ -104,46 +120,13 @@ def apply_transforms(transforms: Sequence[Transform], doc: Doc) -> list[Doc]:
 def _fan_out(
     rest: list[Transform], transform: Transform, docs: list[Any], record: Record
 ) -> list[Doc]:
-    seen: set[int] = set()
-    for d in docs:
-        if not isinstance(d, Doc):
-            msg = (
-                f"transform {_name(transform)} returned a list holding {type(d).__name__}; "
-                "expected a Doc, a list of Docs or None"
-            )
-            raise TypeError(msg)
-        if d.record is not record:
-            raise _foreign_record(transform)
-        if id(d) in seen:
-            msg = f"transform {_name(transform)} returned the same Doc object twice"
-            raise ValueError(msg)
-        seen.add(id(d))
+    check_fan_out(transform, docs, record)
     if not rest:
         return list(docs)
     out: list[Doc] = []
     for d in docs:
         out.extend(apply_transforms(rest, d))
     return out
-
-
-def _foreign_record(transform: Transform) -> ValueError:
-    return ValueError(
-        f"transform {_name(transform)} returned a Doc with a different record; "
-        "every Doc must keep the input's `record` object (offsets and dead letters use it)"
-    )
-
-
-_OWN_MODULES = __name__ + "."
-
-
-def _name(transform: Transform) -> str:
-    name = getattr(transform, "__qualname__", None)
-    if not isinstance(name, str):
-        return repr(transform)[:100]
-    module = getattr(transform, "__module__", None)
-    if not module or module == __name__ or module.startswith(_OWN_MODULES):
-        return name
-    return f"{module}.{name}"
 
 
 def build_transforms(specs: Sequence[Mapping[str, Any]]) -> list[Transform]:

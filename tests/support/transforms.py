@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 
 from flows.errors import ConfigError
 from flows.record import Doc, Record
-from flows.transforms import apply_transforms, build_transforms
+from flows.transforms import Transform, apply_transforms, build_transforms, compile_transforms
 from tests.support import sample_transforms
 
 SAMPLE = sample_transforms.__name__
@@ -32,7 +33,24 @@ def make_doc(
 
 
 def run(specs: list[dict[str, Any]], doc: Doc) -> list[Doc]:
-    return apply_transforms(build_transforms(specs), doc)
+    return both(build_transforms(specs), doc)
+
+
+def both(chain: list[Transform], doc: Doc) -> list[Doc]:
+    """`apply_transforms` (the reference) on `doc`, held to `compile_transforms` on a copy:
+    the same Docs, or the same error (type and message)."""
+    twin = copy.deepcopy(doc)
+    twin.record = doc.record  # the record is compared by identity
+    compiled = compile_transforms(chain)
+    try:
+        expected = apply_transforms(chain, doc)
+    except Exception as exc:
+        with pytest.raises(type(exc)) as info:
+            compiled(twin)
+        assert str(info.value) == str(exc)
+        raise
+    assert compiled(twin) == expected
+    return expected
 
 
 def run_one(spec: dict[str, Any], doc: Doc) -> Doc:

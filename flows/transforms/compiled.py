@@ -1,0 +1,185 @@
+"""The configured chain as one generated function, compiled once at start.
+
+`apply_transforms` loops over the chain, calls each transform and checks what it returned;
+per record that loop, the calls and each built-in's path helpers cost more than the edits
+themselves (docs/benchmarks.md). `compile_transforms` writes one Python function for the
+whole chain instead: a built-in that carries its edit as source (`Inline`, attached by its
+builder with `inline`) is pasted in, specialised to its configured fields; any other
+transform (a user's function, or a built-in without inline source) is called, and only
+what it returns is checked, inline as `apply_transforms` checks it. A fan-out runs the rest
+of the chain, compiled the same way, on each Doc.
+
+`apply_transforms` stays as the reference: the tests run every transform test through both
+and hold them to the same Docs and the same errors on random records.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from flows.record import Doc, Record
+from flows.transforms.registry import Transform
+from sinks.model import MISSING, FieldPath
+
+Compiled = Callable[[Doc], list[Doc]]
+"""The whole chain: one Doc in, the Docs to index out (`[]` when dropped)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Inline:
+    """A built-in's edit as statements on `doc` (may `return []` to drop the record).
+
+    Every `$name` in `code` becomes a name of this step alone: its locals, and the values
+    in `names` (compiled patterns, paths, constants) the code reads."""
+
+    code: str
+    names: dict[str, Any] = field(default_factory=dict)
+
+
+def inline(transform: Transform, code: str, **names: Any) -> Transform:
+    """Attach `code` (see `Inline`) to a built-in's closure; the closure stays the reference."""
+    transform.__inline__ = Inline(code, names)  # type: ignore[attr-defined]
+    return transform
+
+
+def get_code(target: str, source: str, path: FieldPath) -> str:
+    """Statements setting `target` to `path.get(source)`, unrolled (MISSING when absent)."""
+    lines = [f"{target} = {source}"]
+    for i in range(len(path.keys)):
+        lines.append(
+            f"{target} = {target}.get($k{i}, _MISSING) if isinstance({target}, dict) "
+            "else _MISSING"
+        )
+    return "\n".join(lines)
+
+
+def parent_code(target: str, source: str, path: FieldPath) -> str:
+    """Statements setting `target` to `path.parent(source)`, unrolled (None when none)."""
+    lines = [f"{target} = {source}"]
+    for i in range(len(path.head)):
+        lines.append(f"{target} = {target}.get($k{i}) if isinstance({target}, dict) else None")
+    lines.append(f"if not isinstance({target}, dict):\n    {target} = None")
+    return "\n".join(lines)
+
+
+def path_names(path: FieldPath) -> dict[str, Any]:
+    """The `$k0`, `$k1`, ... that `get_code` and `parent_code` read for `path`."""
+    return {f"k{i}": key for i, key in enumerate(path.keys)}
+
+
+_counter = itertools.count()
+
+
+def compile_transforms(transforms: Sequence[Transform]) -> Compiled:
+    """One function for `transforms`, with the behaviour of `apply_transforms(transforms, ·)`."""
+    if not transforms:
+        return _unchanged
+    namespace: dict[str, Any] = {
+        "_MISSING": MISSING,
+        "_Doc": Doc,
+        "_fan_out": _fan_out,
+        "_replaced": _replaced,
+        "_returned": _returned,
+    }
+    lines = ["def chain(doc):", "    record = doc.record"]
+    for i, transform in enumerate(transforms):
+        spec: Inline | None = getattr(transform, "__inline__", None)
+        if spec is not None:
+            prefix = f"_{i}_"
+            code = spec.code.replace("$", prefix)
+            lines.extend("    " + line for line in code.splitlines())
+            for name, value in spec.names.items():
+                namespace[prefix + name] = value
+            continue
+        t, rest = f"_t{i}", f"_rest{i}"
+        namespace[t] = transform
+        namespace[rest] = compile_transforms(transforms[i + 1 :])
+        lines += [
+            f"    out = {t}(doc)",
+            "    if out is not doc:",
+            "        if out is None:",
+            "            return []",
+            "        if isinstance(out, _Doc):",
+            f"            doc = _replaced({t}, out, record)",
+            "        elif isinstance(out, list):",
+            f"            return _fan_out({rest}, {t}, out, record)",
+            "        else:",
+            f"            raise _returned({t}, out)",
+        ]
+    lines.append("    return [doc]")
+    source = "\n".join(lines) + "\n"
+    filename = f"<transforms {next(_counter)}>"
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own source
+    chain: Compiled = namespace["chain"]
+    chain.__source__ = source  # type: ignore[attr-defined]
+    return chain
+
+
+def _unchanged(doc: Doc) -> list[Doc]:
+    return [doc]
+
+
+def _replaced(transform: Transform, out: Doc, record: Record) -> Doc:
+    if out.record is not record:
+        raise foreign_record(transform)
+    return out
+
+
+def _returned(transform: Transform, out: Any) -> TypeError:
+    return TypeError(
+        f"transform {transform_name(transform)} returned {type(out).__name__}; "
+        "expected a Doc, a list of Docs or None"
+    )
+
+
+def _fan_out(rest: Compiled, transform: Transform, docs: list[Any], record: Record) -> list[Doc]:
+    check_fan_out(transform, docs, record)
+    if rest is _unchanged:
+        return list(docs)
+    out: list[Doc] = []
+    for d in docs:
+        out.extend(rest(d))
+    return out
+
+
+def check_fan_out(transform: Transform, docs: list[Any], record: Record) -> None:
+    """Raise unless `docs` (what `transform` returned) are distinct Docs of `record`."""
+    seen: set[int] = set()
+    for d in docs:
+        if not isinstance(d, Doc):
+            msg = (
+                f"transform {transform_name(transform)} returned a list holding "
+                f"{type(d).__name__}; expected a Doc, a list of Docs or None"
+            )
+            raise TypeError(msg)
+        if d.record is not record:
+            raise foreign_record(transform)
+        if id(d) in seen:
+            msg = f"transform {transform_name(transform)} returned the same Doc object twice"
+            raise ValueError(msg)
+        seen.add(id(d))
+
+
+def foreign_record(transform: Transform) -> ValueError:
+    """The error for a Doc returned with another record than the input's."""
+    return ValueError(
+        f"transform {transform_name(transform)} returned a Doc with a different record; "
+        "every Doc must keep the input's `record` object (offsets and dead letters use it)"
+    )
+
+
+_OWN_MODULES = "flows.transforms"
+
+
+def transform_name(transform: Transform) -> str:
+    """A transform's name in errors: its entry for a built-in, module.name for a user's."""
+    name = getattr(transform, "__qualname__", None)
+    if not isinstance(name, str):
+        return repr(transform)[:100]
+    module = getattr(transform, "__module__", None)
+    if not module or module == _OWN_MODULES or module.startswith(_OWN_MODULES + "."):
+        return name
+    return f"{module}.{name}"
