@@ -18,11 +18,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from flows.record import Doc, Record
 from flows.transforms.registry import Transform
 from sinks.model import MISSING, FieldPath
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 Compiled = Callable[[Doc], list[Doc]]
 """The whole chain: one Doc in, the Docs to index out (`[]` when dropped)."""
@@ -39,35 +41,44 @@ class Inline:
     names: dict[str, Any] = field(default_factory=dict)
 
 
-def inline(transform: Transform, code: str, **names: Any) -> Transform:
+def inline(function: _F, code: str, **names: Any) -> _F:
     """Attach `code` (see `Inline`) to a built-in's closure; the closure stays the reference."""
-    transform.__inline__ = Inline(code, names)  # type: ignore[attr-defined]
-    return transform
+    function.__inline__ = Inline(code, names)  # type: ignore[attr-defined]
+    return function
 
 
-def get_code(target: str, source: str, path: FieldPath) -> str:
-    """Statements setting `target` to `path.get(source)`, unrolled (MISSING when absent)."""
+def get_code(target: str, source: str, path: FieldPath, tag: str = "") -> str:
+    """Statements setting `target` to `path.get(source)`, unrolled (MISSING when absent);
+    they read the keys as `$k<tag>_<i>` (`path_names`)."""
     lines = [f"{target} = {source}"]
     for i in range(len(path.keys)):
         lines.append(
-            f"{target} = {target}.get($k{i}, _MISSING) if isinstance({target}, dict) "
+            f"{target} = {target}.get($k{tag}_{i}, _MISSING) if isinstance({target}, dict) "
             "else _MISSING"
         )
     return "\n".join(lines)
 
 
-def parent_code(target: str, source: str, path: FieldPath) -> str:
+def parent_code(target: str, source: str, path: FieldPath, tag: str = "") -> str:
     """Statements setting `target` to `path.parent(source)`, unrolled (None when none)."""
     lines = [f"{target} = {source}"]
     for i in range(len(path.head)):
-        lines.append(f"{target} = {target}.get($k{i}) if isinstance({target}, dict) else None")
+        lines.append(
+            f"{target} = {target}.get($k{tag}_{i}) if isinstance({target}, dict) else None"
+        )
     lines.append(f"if not isinstance({target}, dict):\n    {target} = None")
     return "\n".join(lines)
 
 
-def path_names(path: FieldPath) -> dict[str, Any]:
-    """The `$k0`, `$k1`, ... that `get_code` and `parent_code` read for `path`."""
-    return {f"k{i}": key for i, key in enumerate(path.keys)}
+def path_names(path: FieldPath, tag: str = "") -> dict[str, Any]:
+    """The `$k<tag>_<i>` that `get_code` and `parent_code` read for `path`."""
+    return {f"k{tag}_{i}": key for i, key in enumerate(path.keys)}
+
+
+def indent(code: str, levels: int = 1) -> str:
+    """`code` nested `levels` blocks deeper."""
+    pad = "    " * levels
+    return "\n".join(pad + line for line in code.splitlines())
 
 
 _counter = itertools.count()

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 from flows.record import Doc
+from flows.transforms.compiled import indent, inline, parent_code, path_names
 from flows.transforms.entry import Entry
 from flows.transforms.headers import header_text
 from flows.transforms.registry import Transform, builtin
@@ -49,14 +50,16 @@ def insert_field(e: Entry) -> Transform:
                     doc.source[key] = value
                 return doc
 
-            return insert_top
+            code = "if doc.source is not None:\n    doc.source[$key] = $value"
+            return inline(insert_top, code, key=key, value=value)
 
         def insert_static(doc: Doc) -> Doc:
             if doc.source is not None:
                 set_path(doc.source, value)
             return doc
 
-        return insert_static
+        code = "if doc.source is not None:\n    $set(doc.source, $value)"
+        return inline(insert_static, code, set=set_path, value=value)
 
     origin = e.choice("from", ("topic", "partition", "offset", "timestamp", "key", "header"))
     fmt = e.choice("format", ("epoch_ms", "iso"), "epoch_ms")
@@ -86,7 +89,12 @@ def insert_field(e: Entry) -> Transform:
             set_path(doc.source, get(doc))
         return doc
 
-    return insert_from
+    value = _FROM_CODE.get(get, "$get(doc)")
+    if head:
+        code = f"if doc.source is not None:\n    $set(doc.source, {value})"
+    else:
+        code = f"if doc.source is not None:\n    doc.source[$key] = {value}"
+    return inline(insert_from, code, get=get, set=set_path, key=key)
 
 
 _ONLY_WITH = {
@@ -111,7 +119,24 @@ def _insert_header(
                 set_path(doc.source, copy.deepcopy(default) if mutable else default)
         return doc
 
-    return insert_header
+    fallback = "$set(doc.source, $copy($default) if $mutable else $default)"
+    code = f"""if doc.source is not None:
+    $v = $header_text(doc, $name)
+    if $v is not _MISSING:
+        $set(doc.source, $v)
+    elif $has_default:
+        {fallback}"""
+    return inline(
+        insert_header,
+        code,
+        header_text=header_text,
+        name=name,
+        set=set_path,
+        has_default=has_default,
+        copy=copy.deepcopy,
+        mutable=mutable,
+        default=default,
+    )
 
 
 def _record_topic(doc: Doc) -> str:
@@ -139,6 +164,16 @@ def _doc_key(doc: Doc) -> Any:
     return doc.key
 
 
+_FROM_CODE: dict[Callable[[Doc], Any], str] = {
+    _record_topic: "record.topic",
+    _record_partition: "record.partition",
+    _record_offset: "record.offset",
+    _record_timestamp: "record.timestamp",
+    _doc_key: "doc.key",
+}
+"""The compiled chain's expression for an insert_field `from:` (`record` is `doc.record`)."""
+
+
 @builtin("rename", keys=("fields",), doc="fields {old.path: new.path}; missing fields are skipped.")
 def rename(e: Entry) -> Transform:
     fields = e.required("fields")
@@ -158,7 +193,15 @@ def rename(e: Entry) -> Transform:
                     set_new(src, value)
         return doc
 
-    return rename
+    lines = ["$src = doc.source", "if $src is not None:"]
+    names: dict[str, Any] = {}
+    for j, old in enumerate(fields):
+        lines.append(indent(_pop_code(f"$v{j}", "$src", e.path("fields", old), str(j)), 1))
+        names |= path_names(e.path("fields", old), str(j))
+        lines.append(f"    if $v{j} is not _MISSING:")
+        lines.append(f"        $set{j}($src, $v{j})")
+        names[f"set{j}"] = pairs[j][1]
+    return inline(rename, "\n".join(lines), **names)
 
 
 @builtin("drop", keys=("fields",), doc="fields [...]: removed; missing fields are skipped.")
@@ -172,7 +215,22 @@ def drop(e: Entry) -> Transform:
                 pop(src)
         return doc
 
-    return drop
+    lines = ["$src = doc.source", "if $src is not None:"]
+    names: dict[str, Any] = {}
+    for j, path in enumerate(e.paths("fields")):
+        lines.append(indent(_pop_code("$_", "$src", path, str(j)), 1))
+        names |= path_names(path, str(j))
+    return inline(drop, "\n".join(lines), **names)
+
+
+def _pop_code(target: str, src: str, path: FieldPath, tag: str) -> str:
+    """Statements setting `target` to what `_popper(path)(src)` returns, and doing its pop."""
+    if not path.head:
+        return f"{target} = {src}.pop($k{tag}_0, _MISSING)"
+    parent = parent_code("$parent", src, path, tag)
+    last = f"$k{tag}_{len(path.head)}"
+    return f"""{parent}
+{target} = _MISSING if $parent is None else $parent.pop({last}, _MISSING)"""
 
 
 def _popper(path: FieldPath) -> Callable[[dict[str, Any]], Any]:
@@ -247,7 +305,19 @@ def mask(e: Entry) -> Transform:
                     parent[last] = replacement
         return doc
 
-    return mask
+    lines = ["$src = doc.source", "if $src is not None:"]
+    names: dict[str, Any] = {"replacement": replacement}
+    for j, path in enumerate(e.paths("fields")):
+        last = f"$k{j}_{len(path.head)}"
+        lines.append(
+            indent(
+                parent_code("$parent", "$src", path, str(j)) if path.head else "$parent = $src", 1
+            )
+        )
+        lines.append(f"    if $parent is not None and {last} in $parent:")
+        lines.append(f"        $parent[{last}] = $replacement")
+        names |= path_names(path, str(j))
+    return inline(mask, "\n".join(lines), **names)
 
 
 @builtin(

@@ -7,9 +7,10 @@ from collections.abc import Callable
 from typing import Any, TypeAlias
 
 from flows.record import Doc
+from flows.transforms.compiled import Inline, get_code, inline, path_names
 from flows.transforms.entry import Entry, topic_matcher
 from flows.transforms.registry import Transform, builtin
-from sinks.model import MISSING
+from sinks.model import MISSING, FieldPath
 
 _Cond: TypeAlias = Callable[[Doc], bool]
 
@@ -42,17 +43,20 @@ def filter_documents(e: Entry) -> Transform:
     else:
         cond = _field_cond(e)
 
+    spec = getattr(cond, "__inline__", None)
+    if spec is None:  # the condition is called
+        spec = Inline("$m = $cond(doc)", {"cond": cond})
     if e.flag("negate"):
 
         def keep_matching(doc: Doc) -> Doc | None:
             return doc if cond(doc) else None
 
-        return keep_matching
+        return inline(keep_matching, spec.code + "\nif not $m:\n    return []", **spec.names)
 
     def drop_matching(doc: Doc) -> Doc | None:
         return None if cond(doc) else doc
 
-    return drop_matching
+    return inline(drop_matching, spec.code + "\nif $m:\n    return []", **spec.names)
 
 
 def _is_tombstone(doc: Doc) -> bool:
@@ -65,7 +69,7 @@ def _topic_cond(pattern: re.Pattern[str]) -> _Cond:
     def topic_matches(doc: Doc) -> bool:
         return matches(doc.record.topic)
 
-    return topic_matches
+    return inline(topic_matches, "$m = $matches(record.topic)", matches=matches)
 
 
 def _header_cond(name: str) -> _Cond:
@@ -89,7 +93,8 @@ def _field_cond(e: Entry) -> _Cond:
         def exists(doc: Doc) -> bool:
             return get(doc.source) is not MISSING
 
-        return exists
+        code = get_code("$v", "doc.source", path) + "\n$m = $v is not _MISSING"
+        return _inline_cond(exists, code, path)
     if not e.has("value"):
         e.reject(".value", f"required for op: {op}")
     value = e.raw["value"]
@@ -101,7 +106,9 @@ def _field_cond(e: Entry) -> _Cond:
             v = get(doc.source)
             return type(v) is str and pattern.fullmatch(v) is not None
 
-        return regex
+        code = get_code("$v", "doc.source", path)
+        code += "\n$m = type($v) is str and $pattern.fullmatch($v) is not None"
+        return _inline_cond(regex, code, path, pattern=pattern)
     if op == "in":
         if not isinstance(value, list | tuple):
             e.reject(".value", f"expected a list for op: in, got {value!r}")
@@ -129,7 +136,33 @@ def _field_cond(e: Entry) -> _Cond:
         except TypeError:  # e.g. "abc" > 5, or an object looked up in a set
             return False
 
-    return compare_field
+    code = get_code("$v", "doc.source", path)
+    code += f"""
+if $v is _MISSING:
+    $m = False
+else:
+    try:
+        $m = {_COMPARE_CODE[op]}
+    except TypeError:
+        $m = False"""
+    return _inline_cond(compare_field, code, path, operand=operand)
+
+
+_COMPARE_CODE = {
+    "eq": "bool($v == $operand)",
+    "ne": "bool($v != $operand)",
+    "gt": "bool($v > $operand)",
+    "ge": "bool($v >= $operand)",
+    "lt": "bool($v < $operand)",
+    "le": "bool($v <= $operand)",
+    "in": "$v in $operand",
+}
+"""`_COMPARE` (and `_is_in`) as the compiled chain's expressions."""
+
+
+def _inline_cond(cond: _Cond, code: str, path: FieldPath, **names: Any) -> _Cond:
+    """Attach the code setting `$m` to the condition's result (`flows.transforms.compiled`)."""
+    return inline(cond, code, **path_names(path), **names)
 
 
 def _is_in(v: Any, choices: Any) -> bool:

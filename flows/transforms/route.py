@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 
 from flows.record import Doc
+from flows.transforms.compiled import inline
 from flows.transforms.entry import CACHE_LIMIT, Entry
 from flows.transforms.headers import required_header
 from flows.transforms.ids import id_string, required_field
@@ -91,7 +92,10 @@ def route(e: Entry) -> Transform:
             only_index(doc)
             return doc
 
-        return route_index
+        spec = getattr(only_index, "__inline__", None)
+        if spec is None:
+            return route_index
+        return inline(route_index, spec.code, **spec.names)
 
     def route(doc: Doc) -> Doc:
         if set_index is not None:
@@ -116,7 +120,7 @@ def _index_from_record(template: IndexName) -> Callable[[Doc], None]:
         def static_index(doc: Doc) -> None:
             doc.index = doc.topic = name
 
-        return static_index
+        return inline(static_index, "doc.index = $name", name=name)
     render = template.render
 
     def record_index(doc: Doc) -> None:
@@ -164,4 +168,20 @@ def _index_from_topic(e: Entry, pattern: re.Pattern[str]) -> Callable[[Doc], Non
         if name is not None:
             doc.index = doc.topic = name
 
-    return topic_index
+    code = """$topic = record.topic
+$name = $cache.get($topic, _MISSING)
+if $name is _MISSING:
+    if len($cache) > $limit:
+        $cache.clear()
+    $match = $pattern.fullmatch($topic)
+    $name = $cache[$topic] = None if $match is None else $match.expand($replacement)
+if $name is not None:
+    doc.index = $name"""
+    return inline(
+        topic_index,
+        code,
+        cache=cache,
+        limit=CACHE_LIMIT,
+        pattern=pattern,
+        replacement=replacement,
+    )

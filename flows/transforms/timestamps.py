@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flows.record import Doc
+from flows.transforms.compiled import inline, parent_code, path_names
 from flows.transforms.entry import CACHE_LIMIT, Entry, short
 from flows.transforms.registry import Transform, builtin
 
@@ -98,4 +99,25 @@ def timestamp_convert(e: Entry) -> Transform:
             raise ValueError(msg) from None
         return doc
 
-    return timestamp_convert
+    parent = parent_code("$parent", "doc.source", path) if head else "$parent = doc.source"
+    result = {"iso": "$iso($ms)", "epoch_ms": "$ms", "epoch_s": "$ms // 1000"}[to]
+    code = f"""{parent}
+if $parent is not None:
+    $v = $parent.get($last)
+    if $v is not None:
+        try:
+            $ms = $epoch_ms($v, $seconds, $fmt)
+            $parent[$last] = {result}
+        except ValueError as $exc:
+            raise ValueError(f"timestamp_convert: field {{$name}}: {{$exc}}") from None"""
+    return inline(
+        timestamp_convert,
+        code,
+        last=last,
+        epoch_ms=epoch_ms,
+        seconds=seconds,
+        fmt=fmt,
+        iso=iso,
+        name=name,
+        **path_names(path),
+    )
