@@ -70,9 +70,29 @@ def parent_code(target: str, source: str, path: FieldPath, tag: str = "") -> str
     return "\n".join(lines)
 
 
+def set_code(source: str, value: str, path: FieldPath, tag: str = "") -> str:
+    """Statements doing `path.set(source, value)`, unrolled; `value` is evaluated first."""
+    if not path.head:
+        return f"{source}[$k{tag}_0] = {value}"
+    lines = [f"$value{tag} = {value}", f"$obj{tag} = {source}"]
+    for i in range(len(path.head)):
+        lines += [
+            f"$child{tag} = $obj{tag}.get($k{tag}_{i})",
+            f"if $child{tag} is None:",
+            f"    $child{tag} = $obj{tag}[$k{tag}_{i}] = {{}}",
+            f"elif not isinstance($child{tag}, dict):",
+            f"    $path{tag}.set({source}, $value{tag})  # raises: holds something else",
+            f"$obj{tag} = $child{tag}",
+        ]
+    lines.append(f"$obj{tag}[$k{tag}_{len(path.head)}] = $value{tag}")
+    return "\n".join(lines)
+
+
 def path_names(path: FieldPath, tag: str = "") -> dict[str, Any]:
     """The `$k<tag>_<i>` that `get_code` and `parent_code` read for `path`."""
-    return {f"k{tag}_{i}": key for i, key in enumerate(path.keys)}
+    names: dict[str, Any] = {f"k{tag}_{i}": key for i, key in enumerate(path.keys)}
+    names[f"path{tag}"] = path
+    return names
 
 
 def indent(code: str, levels: int = 1) -> str:

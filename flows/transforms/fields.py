@@ -6,12 +6,13 @@ A tombstone (`source` None) passes through them unchanged. Missing fields are sk
 
 from __future__ import annotations
 
+import base64
 import copy
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 from flows.record import Doc
-from flows.transforms.compiled import indent, inline, parent_code, path_names
+from flows.transforms.compiled import indent, inline, parent_code, path_names, set_code
 from flows.transforms.entry import Entry
 from flows.transforms.headers import header_text
 from flows.transforms.registry import Transform, builtin
@@ -67,9 +68,7 @@ def insert_field(e: Entry) -> Transform:
         if e.has(only) and origin != needs:
             e.reject(f".{only}", _ONLY_WITH[only])
     if origin == "header":
-        return _insert_header(
-            e.req_text("header"), set_path, e.has("default"), e.raw.get("default")
-        )
+        return _insert_header(e.req_text("header"), path, e.has("default"), e.raw.get("default"))
     get: Callable[[Doc], Any]
     if origin == "topic":
         get = _record_topic
@@ -90,11 +89,8 @@ def insert_field(e: Entry) -> Transform:
         return doc
 
     value = _FROM_CODE.get(get, "$get(doc)")
-    if head:
-        code = f"if doc.source is not None:\n    $set(doc.source, {value})"
-    else:
-        code = f"if doc.source is not None:\n    doc.source[$key] = {value}"
-    return inline(insert_from, code, get=get, set=set_path, key=key)
+    code = "if doc.source is not None:\n" + indent(set_code("doc.source", value, path))
+    return inline(insert_from, code, get=get, **path_names(path))
 
 
 _ONLY_WITH = {
@@ -104,11 +100,10 @@ _ONLY_WITH = {
 }
 
 
-def _insert_header(
-    name: str, set_path: Callable[[dict[str, Any], Any], None], has_default: bool, default: Any
-) -> Transform:
+def _insert_header(name: str, path: FieldPath, has_default: bool, default: Any) -> Transform:
     """`from: header`: the header's text (see flows.transforms.headers), or `default`."""
     mutable = isinstance(default, dict | list)  # then a fresh copy per record
+    set_path = path.set
 
     def insert_header(doc: Doc) -> Doc:
         if doc.source is not None:
@@ -121,17 +116,26 @@ def _insert_header(
 
     fallback = "$set(doc.source, $copy($default) if $mutable else $default)"
     code = f"""if doc.source is not None:
-    $v = $header_text(doc, $name)
+    $v = _MISSING
+    for $hk, $hv in record.headers:
+        if $hk == $name:
+            $v = $hv
+    if $v is not None and $v is not _MISSING:
+        try:
+            $v = $v.decode("utf-8")
+        except UnicodeDecodeError:
+            $v = $b64encode($v).decode("ascii")
     if $v is not _MISSING:
-        $set(doc.source, $v)
+{indent(set_code("doc.source", "$v", path), 2)}
     elif $has_default:
         {fallback}"""
     return inline(
         insert_header,
         code,
-        header_text=header_text,
+        b64encode=base64.b64encode,
         name=name,
-        set=set_path,
+        set=path.set,
+        **path_names(path),
         has_default=has_default,
         copy=copy.deepcopy,
         mutable=mutable,

@@ -101,12 +101,13 @@ def timestamp_convert(e: Entry) -> Transform:
 
     parent = parent_code("$parent", "doc.source", path) if head else "$parent = doc.source"
     result = {"iso": "$iso($ms)", "epoch_ms": "$ms", "epoch_s": "$ms // 1000"}[to]
+    from_int = "$v * 1000" if seconds else "$v"  # epoch_ms's first case, inline
     code = f"""{parent}
 if $parent is not None:
     $v = $parent.get($last)
     if $v is not None:
         try:
-            $ms = $epoch_ms($v, $seconds, $fmt)
+            $ms = {from_int} if type($v) is int else $epoch_ms($v, $seconds, $fmt)
             $parent[$last] = {result}
         except ValueError as $exc:
             raise ValueError(f"timestamp_convert: field {{$name}}: {{$exc}}") from None"""
