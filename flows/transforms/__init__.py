@@ -20,6 +20,8 @@ The configured chain (`transforms:` in YAML, or TRANSFORMS=pkg.mod:func,...) is 
 once by `build_transforms`: dotted paths are split, regexes compiled and functions imported
 at start, so a mistake (including an unknown type or key) fails the start with a
 `ConfigError` naming `transforms[i]`, and the per-record work is only the transform itself.
+`compile_transforms` then writes the whole chain as one function (flows.transforms.compiled):
+the flow runs that; `apply_transforms` is the reference the tests hold it to.
 
 Built-in types (`{type: <name>, ...}`, modelled on Kafka Connect SMTs) are registered with
 `@builtin(name, keys=..., doc=...)` in their family's module: fields (insert_field, rename,
