@@ -220,7 +220,7 @@ class ActionBuilder:
         rec = doc.record
         index = doc.index
         if index is None:
-            index = self.index_for(rec)
+            index = self._topic_index.get(rec.topic) or self.index_for(rec)
         else:  # set by a transform: held to the rules once per distinct name
             if self._connect_names:
                 index = self._rename(index)
@@ -229,23 +229,35 @@ class ActionBuilder:
                 why = self._judge(index)
             if why:
                 raise InvalidIndexName(why)
-        if doc.id is not None:
-            doc_id: str | None = _as_id(doc.id)
+        # Every transformed document comes here: the common cases (a short string key as the
+        # id, a plain action line) take no call beyond the encoding.
+        doc_id = doc.id
+        if doc_id is not None:
+            doc_id = _as_id(doc_id)
+            _check_id(doc_id)
+        elif self._key_ids and type(key := doc.key) is str and 0 < len(key) <= SHORT_ID_CHARS:
+            doc_id = key  # what `_derive_id` gives, and short enough
         else:
             routed = doc.topic if self._connect_names else None
             doc_id = self._derive_id(rec, doc.source, doc.key, routed)
-        if doc_id is not None:
-            _check_id(doc_id)
+            if doc_id is not None:
+                _check_id(doc_id)
         kind = doc.action
         if kind is None and not doc.delete:
-            if self._plain and doc.routing is None and doc.source is not None:
-                prefixes = self._prefixes_of(index)
-                body = _dumps(doc.source)
+            source = doc.source
+            if self._plain and doc.routing is None and source is not None:
+                prefixes = self._prefixes.get(index) or self._prefixes_of(index)
+                try:
+                    body = _orjson_dumps(source)
+                except TypeError:  # `_dumps` says why (or encodes what is too deep for orjson)
+                    body = _dumps(source)
                 if doc_id is None:
                     return Action(None, prefixes[1] + body + b"\n", rec)
-                return Action(
-                    doc_id, b"".join((prefixes[0], _dumps(doc_id), ID_END, body, b"\n")), rec
-                )
+                try:
+                    id_json = _orjson_dumps(doc_id)
+                except TypeError:  # a lone surrogate: `_dumps` raises the ActionError
+                    id_json = _dumps(doc_id)
+                return Action(doc_id, b"".join((prefixes[0], id_json, ID_END, body, b"\n")), rec)
             write: _Write | None = self._default
         elif doc.delete or kind == DELETE:
             if kind is not None and kind != DELETE:
