@@ -1,16 +1,22 @@
 """The configured chain as one generated function, compiled once at start.
 
-`apply_transforms` loops over the chain, calls each transform and checks what it returned;
-per record that loop, the calls and each built-in's path helpers cost more than the edits
+Run one transform at a time, the chain would cost a loop, a call and a check of what each
+transform returned per record, and each built-in's path helpers, more than the edits
 themselves (docs/benchmarks.md). `compile_transforms` writes one Python function for the
 whole chain instead: a built-in that carries its edit as source (`Inline`, attached by its
 builder with `inline`) is pasted in, specialised to its configured fields; any other
 transform (a user's function, or a built-in without inline source) is called, and only
-what it returns is checked, inline as `apply_transforms` checks it. A fan-out runs the rest
-of the chain, compiled the same way, on each Doc.
+what it returns is checked, inline, as the transform contract (flows.transforms) says. A
+fan-out runs the rest of the chain, compiled the same way, on each Doc. This is the one
+implementation of the chain: the flow and `apply_transforms` run it.
 
-`apply_transforms` stays as the reference: the tests run every transform test through both
-and hold them to the same Docs and the same errors on random records.
+The generated source is built from trusted configuration only, the code each built-in
+writes: a configured value (a field name, a pattern, a constant) never enters the source
+as text; it is bound to a name in the function's namespace (`Inline.names`) and the source
+reads that name.
+
+The tests hold it to a plain interpreter of the chain (tests/unit/transforms_support.py),
+and each built-in to its closure, on every transform test and on random records.
 """
 
 from __future__ import annotations
@@ -105,7 +111,7 @@ _counter = itertools.count()
 
 
 def compile_transforms(transforms: Sequence[Transform]) -> Compiled:
-    """One function for `transforms`, with the behaviour of `apply_transforms(transforms, ·)`."""
+    """One function for `transforms`: one Doc in, the Docs to index out (see the module)."""
     if not transforms:
         return _unchanged
     namespace: dict[str, Any] = {

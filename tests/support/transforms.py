@@ -9,7 +9,8 @@ import pytest
 
 from flows.errors import ConfigError
 from flows.record import Doc, Record
-from flows.transforms import Transform, apply_transforms, build_transforms, compile_transforms
+from flows.transforms import Transform, build_transforms, compile_transforms
+from flows.transforms.compiled import check_fan_out, foreign_record, transform_name
 from tests.support import sample_transforms
 
 SAMPLE = sample_transforms.__name__
@@ -32,18 +33,46 @@ def make_doc(
     return Doc(record=record, source=source, key=key, index=index, id=id)
 
 
+def interpret(transforms: list[Transform], doc: Doc) -> list[Doc]:
+    """The reference for `compile_transforms`: the chain run one transform at a time, each
+    return checked as the transform contract (flows.transforms) says."""
+    record = doc.record
+    it = iter(transforms)
+    for transform in it:
+        out = transform(doc)
+        if out is doc:
+            continue
+        if out is None:
+            return []
+        if isinstance(out, Doc):
+            if out.record is not record:
+                raise foreign_record(transform)
+            doc = out
+            continue
+        if isinstance(out, list):
+            check_fan_out(transform, out, record)
+            rest = list(it)
+            return [d for each in out for d in interpret(rest, each)] if rest else list(out)
+        msg = (
+            f"transform {transform_name(transform)} returned {type(out).__name__}; "
+            "expected a Doc, a list of Docs or None"
+        )
+        raise TypeError(msg)
+    return [doc]
+
+
 def run(specs: list[dict[str, Any]], doc: Doc) -> list[Doc]:
     return both(build_transforms(specs), doc)
 
 
 def both(chain: list[Transform], doc: Doc) -> list[Doc]:
-    """`apply_transforms` (the reference) on `doc`, held to `compile_transforms` on a copy:
+    """`interpret` (the reference) on `doc`, held to `compile_transforms` on a copy:
     the same Docs, or the same error (type and message)."""
     twin = copy.deepcopy(doc)
     twin.record = doc.record  # the record is compared by identity
     compiled = compile_transforms(chain)
     try:
-        expected = apply_transforms(chain, doc)
+        expected = interpret(chain, doc)
     except Exception as exc:
         with pytest.raises(type(exc)) as info:
             compiled(twin)

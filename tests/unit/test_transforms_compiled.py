@@ -1,4 +1,4 @@
-"""flows.transforms.compiled: the generated chain against `apply_transforms`, the reference.
+"""flows.transforms.compiled: the generated chain against `interpret`, the reference.
 
 Random chains of built-ins (and user functions that keep, replace, drop, fan out, fail or
 return the wrong thing) run on random records, both ways: the same Docs or the same error.
@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import copy
 import random
+import sys
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from flows.record import Doc, Record
-from flows.transforms import apply_transforms, build_transforms, compile_transforms
+from flows.transforms import build_transforms, compile_transforms
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.unit.transforms_support import interpret
 
 pytestmark = pytest.mark.unit
 
@@ -208,7 +213,7 @@ def test_compiled_chain_matches_the_reference(seed: int) -> None:
             doc = _doc(rng)
             twin = copy.deepcopy(doc)
             twin.record = doc.record
-            expected = _outcome(partial(apply_transforms, chain), doc)
+            expected = _outcome(partial(interpret, chain), doc)
             got = _outcome(compiled, twin)
             assert repr(got) == repr(expected), (specs, doc)
             assert repr(twin) == repr(doc), specs  # the input left as the reference left it
