@@ -77,8 +77,10 @@ __all__ = [
 def apply_transforms(transforms: Sequence[Transform], doc: Doc) -> list[Doc]:
     """Run `transforms` in order on `doc` and return the resulting Docs.
 
-    This compiles the chain on every call (`compile_transforms`, the one implementation
-    of the chain): to run one chain on many Docs, as the flow does, compile it once.
+    It runs the compiled chain (`compile_transforms`, the one implementation of the
+    chain), compiled the first time these transforms are seen and remembered (up to
+    CHAIN_CACHE_LIMIT chains; transforms that cannot be hashed are compiled on each call),
+    as callers run one chain on many Docs.
 
     Args:
         transforms: The compiled chain (`build_transforms`), plain functions, or both.
@@ -92,7 +94,22 @@ def apply_transforms(transforms: Sequence[Transform], doc: Doc) -> list[Doc]:
         ValueError: A transform returned a Doc that does not carry the input's `record`.
         Exception: Whatever a transform raised, unchanged (the caller dead-letters it).
     """
-    return compile_transforms(transforms)(doc)
+    key = tuple(transforms)
+    try:
+        chain = _chains.get(key)
+    except TypeError:  # an unhashable callable
+        return compile_transforms(key)(doc)
+    if chain is None:
+        if len(_chains) >= CHAIN_CACHE_LIMIT:
+            _chains.clear()
+        chain = _chains[key] = compile_transforms(key)
+    return chain(doc)
+
+
+CHAIN_CACHE_LIMIT = 64
+_chains: dict[tuple[Transform, ...], Compiled] = {}
+"""`apply_transforms`' compiled chains, by their transforms (which the key keeps alive, so
+an id is never reused for another chain)."""
 
 
 def build_transforms(specs: Sequence[Mapping[str, Any]]) -> list[Transform]:

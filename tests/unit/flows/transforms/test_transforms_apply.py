@@ -213,3 +213,37 @@ def test_nothing_is_compiled_or_imported_per_record(monkeypatch: pytest.MonkeyPa
         [out] = apply_transforms(chain, make_doc({"msg": "bye", "user": "u1"}))
         assert out.index == "logs-2024.05.01"
         assert out.routing == "u1"
+
+
+def test_apply_transforms_compiles_a_chain_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Callers run one chain on many Docs: the chain is compiled the first time only, and a
+    callable that cannot be hashed still runs (compiled on each call)."""
+    import flows.transforms as package
+
+    compiled: list[object] = []
+    compile_once = package.compile_transforms
+
+    def counted(transforms: Any) -> Any:
+        compiled.append(transforms)
+        return compile_once(transforms)
+
+    monkeypatch.setattr(package, "compile_transforms", counted)
+
+    def tag(doc: Doc) -> Doc:
+        assert doc.source is not None
+        doc.source["t"] = 1
+        return doc
+
+    chain = [tag]
+    for _ in range(3):
+        [out] = apply_transforms(chain, make_doc({}))
+        assert out.source == {"t": 1}
+    assert len(compiled) == 1
+
+    class Unhashable:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __call__(self, doc: Doc) -> Doc:
+            return doc
+
+    assert len(apply_transforms([Unhashable()], make_doc({}))) == 1
