@@ -15,7 +15,7 @@ writes: a configured value (a field name, a pattern, a constant) never enters th
 as text; it is bound to a name in the function's namespace (`Inline.names`) and the source
 reads that name.
 
-The tests hold it to a plain interpreter of the chain (tests/unit/transforms_support.py),
+The tests hold it to a plain interpreter of the chain (tests/support/transforms.py),
 and each built-in to its closure, on every transform test and on random records.
 """
 

@@ -120,7 +120,7 @@ def _index_from_record(template: IndexName) -> Callable[[Doc], None]:
         def static_index(doc: Doc) -> None:
             doc.index = doc.topic = name
 
-        return inline(static_index, "doc.index = $name", name=name)
+        return inline(static_index, "doc.index = doc.topic = $name", name=name)
     render = template.render
 
     def record_index(doc: Doc) -> None:
@@ -176,7 +176,7 @@ if $name is _MISSING:
     $match = $pattern.fullmatch($topic)
     $name = $cache[$topic] = None if $match is None else $match.expand($replacement)
 if $name is not None:
-    doc.index = $name"""
+    doc.index = doc.topic = $name"""
     return inline(
         topic_index,
         code,

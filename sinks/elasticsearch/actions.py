@@ -121,6 +121,8 @@ class ActionBuilder:
         self._connect_keys = self._connect_names and self._key_ids
         self._bytes_keys = self._connect_keys and config.key_format == "bytes"
         """A string key may be the base64 of the record's bytes key: not an id."""
+        self._str_key_ids = self._key_ids and not self._bytes_keys
+        """A short string key is the id as it is (`_derive_id` would give the same)."""
         self._version_offset = config.version == "offset"
         self._version_header = config.version_header
         self._routing_key = config.routing == "key"
@@ -205,10 +207,7 @@ class ActionBuilder:
         index = self._topic_index.get(topic)
         if index is None:
             index = self.index_for(record_of(origin))
-        if (
-            self._key_ids and type(key) is str and 0 < len(key) <= SHORT_ID_CHARS
-            and not self._bytes_keys
-        ):  # fmt: skip
+        if self._str_key_ids and type(key) is str and 0 < len(key) <= SHORT_ID_CHARS:
             return index, key  # what `_derive_id` gives, and short enough
         doc_id = self._derive_id(record_of(origin), source, key)
         if doc_id is not None:
@@ -235,7 +234,7 @@ class ActionBuilder:
         if doc_id is not None:
             doc_id = _as_id(doc_id)
             _check_id(doc_id)
-        elif self._key_ids and type(key := doc.key) is str and 0 < len(key) <= SHORT_ID_CHARS:
+        elif self._str_key_ids and type(key := doc.key) is str and 0 < len(key) <= SHORT_ID_CHARS:
             doc_id = key  # what `_derive_id` gives, and short enough
         else:
             routed = doc.topic if self._connect_names else None

@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import copy
 import random
-import sys
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from flows.record import Doc, Record
 from flows.transforms import build_transforms, compile_transforms
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.unit.transforms_support import interpret
+from tests.support.transforms import interpret
 
 pytestmark = pytest.mark.unit
 
