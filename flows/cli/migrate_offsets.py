@@ -211,11 +211,14 @@ def _members(settings: Settings, group: str, option: str, tries: int = 3) -> str
             if err.code() == KafkaError.GROUP_ID_NOT_FOUND:
                 return None
             again = err.retriable() or err.code() in (KafkaError._TIMED_OUT, *COORDINATOR_LOADING)
-            if attempt == tries or not again:
-                raise Problem(
-                    f"{option}: cannot tell whether group {group} has members "
-                    f"(describing it failed: {err.str()}); refusing to copy"
-                ) from None
+            why = err.str()
+        except TimeoutError:  # the future's own wait: no answer at all
+            again, why = True, f"no answer within {common.KAFKA_TIMEOUT_S:g} s"
+        if attempt == tries or not again:
+            raise Problem(
+                f"{option}: cannot tell whether group {group} has members "
+                f"(describing it failed: {why}); refusing to copy"
+            ) from None
     if desc.members:
         return f"{len(desc.members)} active members ({desc.state.name.lower()})"
     return None

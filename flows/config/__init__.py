@@ -34,7 +34,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -110,6 +110,20 @@ class Settings(
     def __eq__(self, other: object) -> bool:
         return self is other
 
+    def __copy__(self) -> Self:
+        """A copy (`model_copy(update=...)` makes one) builds its own parts: the ones cached
+        on this object describe this object's values."""
+        copied = super().__copy__()
+        for name in _PARTS:
+            copied.__dict__.pop(name, None)
+        return copied
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Self:
+        copied = super().__deepcopy__(memo)
+        for name in _PARTS:
+            copied.__dict__.pop(name, None)
+        return copied
+
     def __hash__(self) -> int:
         return object.__hash__(self)
 
@@ -160,6 +174,15 @@ class Settings(
         for conf in (self.kafka_config, self.schema_registry_config):
             out.extend(v for k, v in conf.items() if _SENSITIVE.search(k) and v)
         return out
+
+
+_PARTS = tuple(
+    name
+    for klass in Settings.__mro__
+    for name, value in vars(klass).items()
+    if isinstance(value, functools.cached_property)
+)
+"""The parts the groups build and cache on a settings object (`es_connection`, ...)."""
 
 
 def declared() -> dict[str, Any]:

@@ -4,6 +4,8 @@ refusals, run against a real Connect worker in tests/integration/test_migrate_co
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -96,6 +98,35 @@ def test_a_group_that_cannot_be_described_refuses_the_copy(
     )
     monkeypatch.setattr(offsets_cli, "_commits", lambda *a: {})
     assert offsets_cli.refusal(s, "connect-orders", "es-sink-orders", [], 0) is None
+
+
+class _Silent:
+    """A describe whose answer never comes: the future's wait times out."""
+
+    asked = 0
+
+    def describe_consumer_groups(self, groups: list[str]) -> dict[str, Any]:
+        _Silent.asked += 1
+
+        class Never:
+            def result(self, timeout: float) -> Any:
+                raise TimeoutError
+
+        return {g: Never() for g in groups}
+
+
+def test_a_group_that_never_answers_is_asked_again_then_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = settings()
+    monkeypatch.setattr(offsets_cli, "_holders", lambda *a: "")
+    monkeypatch.setattr(offsets_cli.common, "admin", lambda _s: _Silent())
+    with pytest.raises(Problem) as caught:
+        offsets_cli.refusal(s, "connect-orders", "es-sink-orders", [], 0)
+    message = str(caught.value)
+    assert message.startswith("--from-group: cannot tell whether group connect-orders has members")
+    assert "no answer within" in message and "\n" not in message
+    assert _Silent.asked == 3
 
 
 def test_offsets_that_moved_between_the_plan_and_the_probe_are_not_copied(

@@ -716,3 +716,17 @@ def test_offset_versions_with_a_field_routed_transform_are_refused(tmp_path: Pat
 )
 def test_offset_versions_within_one_topic_per_index_are_accepted(env: dict[str, str]) -> None:
     assert load(VERSION="offset", **env).version == "offset"
+
+
+def test_a_copy_builds_its_own_parts_from_its_own_values() -> None:
+    """The sinks' configs are cached on a settings object; a copy with other values must not
+    keep the original's (the es-sink commands copy settings with changes)."""
+    s = Settings.load({"KAFKA_TOPICS": "t", "DLQ_TOPIC": "dead", "ERRORS_TOLERANCE": "all"})
+    original = (s.dead_letter_config, s.es_sink_config, s.error_tolerance)
+    copied = s.model_copy(update={"dlq_retry_budget_s": 99.0, "es_retry_budget_s": 77.0})
+    assert copied.dead_letter_config is not None and original[0] is not None
+    assert copied.dead_letter_config.retry_budget_s == 99.0
+    assert copied.es_sink_config.retry.budget_s == 77.0
+    assert copied.error_tolerance is not original[2]
+    assert (s.dead_letter_config, s.es_sink_config, s.error_tolerance) == original
+    assert s.model_copy(update={"dlq_topic": None}).dead_letter_config is None
