@@ -19,7 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
-from tools.bench import latency, throughput
+from tools.bench import bento, latency, throughput
 from tools.bench.memory import memory_mode
 from tools.bench.procs import ServerCpu, kill_all
 from tools.bench.profiling import profile_mode
@@ -42,7 +42,8 @@ __all__ = ["main", "parse"]
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="scripts/bench",
-        description="Kafka -> Elasticsearch benchmark: ceiling, loop, floor, quix and this flow "
+        description="Kafka -> Elasticsearch benchmark: ceiling, loop, floor, quix, bento and this "
+        "flow "
         "(docs/benchmarks.md).",
     )
     p.add_argument(
@@ -73,8 +74,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--es", default="http://127.0.0.1:9200", help="Elasticsearch URL")
     p.add_argument(
         "--systems",
-        help="comma-separated subset (default: every system for small and large, the "
-        "ceiling and flow-1w for the other variants; each variant runs those it can)",
+        help="comma-separated subset (default: every system but bento for small and large, "
+        "the ceiling and flow-1w for the other variants; each variant runs those it can)",
     )
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--png", type=Path, help="write a bar chart here")
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         need_tools = args.profile or any("quix" in systems for _, systems in plan)
         tools = tools_python(args) if need_tools else None
+        bento_bin = bento.binary() if any("bento" in s for _, s in plan) else None
         commit = head_commit()
         snapshot_sources(work)
         log(f"run {run_id}: flows/, sinks/, tools/bench/ copied at commit {commit}")
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                     svc, args, work, v.name, n, topic, bodies, tools, servers,
                     doc_size=v.doc_size, docs=prep.docs, systems=systems,
                     flow_env=prep.flow_env, mappings=prep.mappings,
-                    dead_letters=prep.dead_letters,
+                    dead_letters=prep.dead_letters, bento=bento_bin,
                 )  # fmt: skip
                 if args.memory:
                     return memory_mode(ctx)

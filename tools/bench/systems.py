@@ -9,6 +9,8 @@ index:
   (`tools.bench.loop`);
 - floor: the least per record, no guarantees (`tools.bench.loop --floor`);
 - quix: Quix Streams' ElasticsearchSink (`tools/bench/quix_app.py`, in the tools virtualenv);
+- bento: Bento v1.20.0's kafka_franz input and elasticsearch output (`tools.bench.bento`, the
+  binary of `scripts/bento`);
 - flow-1w, flow-2w, flow-2p: `python -m bytewax.run flows.es_sink` with 1 worker, 2 workers,
   2 processes; KAFKA_STOP_AT_END=true, fresh group ids.
 
@@ -32,12 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.bench import bento
 from tools.bench.procs import Proc, ServerCpu
 from tools.bench.services import Services
 
 __all__ = [
+    "OPT_IN",
     "ROOT",
     "SYSTEMS",
+    "UNTIL_STOPPED",
     "Ctx",
     "child_env",
     "launch",
@@ -49,7 +54,13 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-SYSTEMS = ("ceiling", "loop", "floor", "quix", "flow-1w", "flow-2w", "flow-2p")
+SYSTEMS = ("ceiling", "loop", "floor", "quix", "bento", "flow-1w", "flow-2w", "flow-2p")
+UNTIL_STOPPED = ("quix", "bento")
+"""Systems with no stop at the end of a backlog: stopped by SIGTERM (flush, commit) once
+every document is in."""
+OPT_IN = ("bento",)
+"""Systems that run only when --systems names them: Bento is a Go build of minutes the
+first time (scripts/bento), which a default run does not pay for."""
 TOOLS_PINS = ("quixstreams[elasticsearch]==3.28.1", "py-spy==0.4.3")
 
 
@@ -72,6 +83,8 @@ class Ctx:
     bodies: Path
     tools_python: Path | None
     servers: ServerCpu | None = None
+    bento: Path | None = None
+    """The Bento binary (when a variant runs `bento`)."""
     doc_size: str = "small"
     """make_doc's shape (small, large): the latency runs' records."""
     docs: int = 0
@@ -161,6 +174,13 @@ def launch(
         cmd += ["--bootstrap", svc.bootstrap, "--es", svc.es_url, "--topic", topic]
         cmd += ["--group", group, "--index", index, "--state-dir", str(state)]
         return [Proc(system, cmd, child_env(), ctx.work, logf)]
+    if system == "bento":
+        assert ctx.bento is not None
+        cfg = bento.config(
+            bootstrap=svc.bootstrap, topic=topic, group=group, es_url=svc.es_url, index=index
+        )
+        path = bento.write_config(ctx.work / f"bento-{ctx.variant}-{tag}.yaml", cfg)
+        return [Proc(system, [str(ctx.bento), "-c", str(path)], child_env(), ctx.work, logf)]
     if system.startswith("flow-"):
         env = child_env(
             {

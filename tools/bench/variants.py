@@ -31,7 +31,7 @@ from tools.bench.services import (
     ceiling_body_bytes,
     produce_dataset,
 )
-from tools.bench.systems import ROOT, SYSTEMS, log
+from tools.bench.systems import OPT_IN, ROOT, SYSTEMS, log
 from tools.bench.variant_data import (
     AVRO_SCHEMA,
     avro_items,
@@ -45,6 +45,7 @@ from tools.bench.variant_data import (
 __all__ = ["DEFAULT_VARIANTS", "VARIANTS", "Prepared", "Variant", "prepare"]
 
 FLOWS = ("flow-1w", "flow-2w", "flow-2p")
+BY_DEFAULT = tuple(s for s in SYSTEMS if s not in OPT_IN)
 EXAMPLE = ROOT / "examples" / "es-sink.yaml"
 USER_FUNCTION = "tools.bench.user_transform:enrich"
 
@@ -56,7 +57,7 @@ class Variant:
     """make_doc's shape: small (~200 B) or large (~2 KB)."""
     partitions: int = PARTITIONS
     systems: tuple[str, ...] = ("ceiling", *FLOWS)
-    """The systems that can run it (loop, floor and quix only read clean JSON)."""
+    """The systems that can run it (loop, floor, quix and bento only read clean JSON)."""
     default_systems: tuple[str, ...] = ("ceiling", "flow-1w")
     """What runs without --systems."""
     latency: bool = False
@@ -66,8 +67,8 @@ class Variant:
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
-        Variant("small", "small", systems=SYSTEMS, default_systems=SYSTEMS, latency=True),
-        Variant("large", "large", systems=SYSTEMS, default_systems=SYSTEMS, latency=True),
+        Variant("small", "small", systems=SYSTEMS, default_systems=BY_DEFAULT, latency=True),
+        Variant("large", "large", systems=SYSTEMS, default_systems=BY_DEFAULT, latency=True),
         Variant("small-dlq5", "small"),
         Variant("small-transforms", "small"),
         Variant("small-avro", "small"),
