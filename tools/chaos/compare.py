@@ -61,7 +61,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.chaos.flow import ROOT, flow_env
+from tools.chaos.flow import ROOT, flow_env, spawn
 
 __all__ = [
     "OUTCOME_KEYS",
@@ -212,18 +212,7 @@ class Child:
     """One process of the system under test, in its own session (a kill takes it whole)."""
 
     def __init__(self, cmd: list[str], env: dict[str, str], log: Path) -> None:
-        with open(log, "ab") as out:
-            out.write(f"$ {' '.join(cmd)}\n".encode())
-            out.flush()
-            self.proc = subprocess.Popen(
-                cmd,
-                cwd=ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        self.proc = spawn(cmd, env, log)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

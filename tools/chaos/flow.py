@@ -110,20 +110,7 @@ class Flow:
         self.started = time.monotonic()
         for i, cmd in enumerate(cmds):
             log = logs.with_name(f"{logs.name}-p{i}.log")
-            with open(log, "ab") as out:
-                out.write(f"$ {' '.join(cmd)}\n".encode())
-                out.flush()
-                self.procs.append(
-                    subprocess.Popen(
-                        cmd,
-                        cwd=ROOT,
-                        env=env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                )
+            self.procs.append(spawn(cmd, env, log))
             self.logs.append(log)
 
     def codes(self) -> list[int | None]:
@@ -188,3 +175,20 @@ class Flow:
             text = log.read_text(errors="replace").splitlines()
             out.append(f"--- {log}\n" + "\n".join(text[-lines:]))
         return "\n".join(out)
+
+
+def spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Start `cmd` from the repository in a session of its own (a kill takes it whole), its
+    command line then its output appended to `log`."""
+    with open(log, "ab") as out:
+        out.write(f"$ {' '.join(cmd)}\n".encode())
+        out.flush()
+        return subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
