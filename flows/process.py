@@ -377,6 +377,7 @@ class Processor:
             return None
         if policy == "delete":
             if key is None and self._keyless_deletes_skip:
+                out.skipped += 1
                 return None
             return Doc(rec, None, key, delete=True)
         if policy == "fail":

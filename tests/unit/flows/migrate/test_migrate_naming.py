@@ -23,6 +23,7 @@ from sinks.elasticsearch.index_names import (
     connect_index_name,
     problem,
 )
+from sinks.metrics import SKIPPED
 from sinks.model import DeadLetter, Doc, Record
 
 CONNECT = {"ES_INDEX_NAMING": "connect", "DOC_ID_SEPARATOR": "+"}
@@ -285,7 +286,10 @@ def test_null_keys_fail_as_the_connector_and_keyless_tombstones_are_skipped() ->
         Message(topic="orders", partition=0, offset=1, key=b"k1", value=None),
         Message(topic="orders", partition=0, offset=2, key=None, value=b'{"a":1}'),
     ]
+    dropped = SKIPPED.labels("dropped")
+    before = dropped._value.get()
     out = Processor(s, [], 4)(batch)
+    assert dropped._value.get() - before == 1  # the keyless tombstone, counted as skipped
     dead = [item for _p, item in out if isinstance(item, DeadLetter)]
     assert [(d.record.offset, d.message) for d in dead] == [
         (2, "the record has no key (DOC_ID=key, ON_NULL_KEY=fail)")
