@@ -200,16 +200,10 @@ class Processor:
         chunks, ok = out.chunks, out.ok
         for msg in msgs:
             value = msg.value()
-            if value is None or not accepts(value):
+            as_is = value is not None and accepts(value)
+            if not as_is or (k := msg.key()) is None or not k.isascii():
                 out.ok = ok
-                if self._general(msg, t, p, out, False):
-                    return
-                ok = out.ok
-                continue
-            k = msg.key()
-            if k is None or not k.isascii():
-                out.ok = ok
-                if self._general(msg, t, p, out, True):
+                if self._general(msg, t, p, out, as_is):
                     return
                 ok = out.ok
                 continue
