@@ -113,16 +113,16 @@ class Settings(
     def __copy__(self) -> Self:
         """A copy (`model_copy(update=...)` makes one) builds its own parts: the ones cached
         on this object describe this object's values."""
-        copied = super().__copy__()
-        for name in _PARTS:
-            copied.__dict__.pop(name, None)
-        return copied
+        return super().__copy__()._without_parts()
 
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Self:
-        copied = super().__deepcopy__(memo)
+        return super().__deepcopy__(memo)._without_parts()
+
+    def _without_parts(self) -> Self:
+        """This copy, its cached parts dropped: they describe the object it was copied from."""
         for name in _PARTS:
-            copied.__dict__.pop(name, None)
-        return copied
+            self.__dict__.pop(name, None)
+        return self
 
     def __hash__(self) -> int:
         return object.__hash__(self)
