@@ -78,9 +78,8 @@ def apply_transforms(transforms: Sequence[Transform], doc: Doc) -> list[Doc]:
     """Run `transforms` in order on `doc` and return the resulting Docs.
 
     It runs the compiled chain (`compile_transforms`, the one implementation of the
-    chain), compiled the first time these transforms are seen and remembered (up to
-    CHAIN_CACHE_LIMIT chains; transforms that cannot be hashed are compiled on each call),
-    as callers run one chain on many Docs.
+    chain), compiled the first time these transform objects are seen and remembered (up to
+    CHAIN_CACHE_LIMIT chains), as callers run one chain on many Docs.
 
     Args:
         transforms: The compiled chain (`build_transforms`), plain functions, or both.
@@ -94,22 +93,21 @@ def apply_transforms(transforms: Sequence[Transform], doc: Doc) -> list[Doc]:
         ValueError: A transform returned a Doc that does not carry the input's `record`.
         Exception: Whatever a transform raised, unchanged (the caller dead-letters it).
     """
-    key = tuple(transforms)
-    try:
-        chain = _chains.get(key)
-    except TypeError:  # an unhashable callable
-        return compile_transforms(key)(doc)
-    if chain is None:
+    key = tuple(map(id, transforms))
+    entry = _chains.get(key)
+    if entry is None:
         if len(_chains) >= CHAIN_CACHE_LIMIT:
             _chains.clear()
-        chain = _chains[key] = compile_transforms(key)
-    return chain(doc)
+        kept = tuple(transforms)
+        entry = _chains[key] = (kept, compile_transforms(kept))
+    return entry[1](doc)
 
 
 CHAIN_CACHE_LIMIT = 64
-_chains: dict[tuple[Transform, ...], Compiled] = {}
-"""`apply_transforms`' compiled chains, by their transforms (which the key keeps alive, so
-an id is never reused for another chain)."""
+_chains: dict[tuple[int, ...], tuple[tuple[Transform, ...], Compiled]] = {}
+"""`apply_transforms`' compiled chains, by the identity of their transforms: two transforms
+that compare equal may still do different things. Each entry keeps its transforms alive,
+so their ids are never reused for others while it is here."""
 
 
 def build_transforms(specs: Sequence[Mapping[str, Any]]) -> list[Transform]:

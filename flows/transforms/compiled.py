@@ -112,8 +112,20 @@ _counter = itertools.count()
 
 def compile_transforms(transforms: Sequence[Transform]) -> Compiled:
     """One function for `transforms`: one Doc in, the Docs to index out (see the module)."""
-    if not transforms:
+    return _compile(tuple(transforms), 0, {})
+
+
+def _compile(
+    transforms: tuple[Transform, ...], start: int, suffixes: dict[int, Compiled]
+) -> Compiled:
+    """The chain of `transforms[start:]`. A step that is called, not pasted in, needs the
+    rest of the chain for a fan-out: each rest is compiled once (`suffixes`, by its start),
+    not again inside every earlier rest, which would take 2^n compiles for n such steps."""
+    if start == len(transforms):
         return _unchanged
+    done = suffixes.get(start)
+    if done is not None:
+        return done
     namespace: dict[str, Any] = {
         "_MISSING": MISSING,
         "_Doc": Doc,
@@ -122,9 +134,9 @@ def compile_transforms(transforms: Sequence[Transform]) -> Compiled:
         "_returned": _returned,
     }
     lines = ["def chain(doc):", "    record = doc.record"]
-    for i, transform in enumerate(transforms):
-        spec: Inline | None = getattr(transform, "__inline__", None)
-        if spec is not None:
+    for i, transform in enumerate(transforms[start:], start):
+        spec = getattr(transform, "__inline__", None)
+        if isinstance(spec, Inline):  # not whatever a user object's __getattr__ makes up
             prefix = f"_{i}_"
             code = spec.code.replace("$", prefix)
             lines.extend("    " + line for line in code.splitlines())
@@ -133,7 +145,7 @@ def compile_transforms(transforms: Sequence[Transform]) -> Compiled:
             continue
         t, rest = f"_t{i}", f"_rest{i}"
         namespace[t] = transform
-        namespace[rest] = compile_transforms(transforms[i + 1 :])
+        namespace[rest] = _compile(transforms, i + 1, suffixes)
         lines += [
             f"    out = {t}(doc)",
             "    if out is not doc:",
@@ -152,6 +164,7 @@ def compile_transforms(transforms: Sequence[Transform]) -> Compiled:
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own source
     chain: Compiled = namespace["chain"]
     chain.__source__ = source  # type: ignore[attr-defined]
+    suffixes[start] = chain
     return chain
 
 

@@ -247,3 +247,70 @@ def test_built_ins_are_inlined_and_user_functions_called() -> None:
 def test_no_transforms_keep_the_doc() -> None:
     doc = Doc(Record("t", 0, 0, None, None, b"{}", ()), {})
     assert compile_transforms([])(doc) == [doc]
+
+
+def test_a_long_chain_of_called_steps_compiles_each_rest_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each step that is called (a user's function) needs the rest of the chain for a
+    fan-out; compiling that rest inside every earlier rest took 2^n compiles, so a
+    configuration of twenty such steps kept the flow from starting."""
+    import builtins
+
+    from flows.transforms import compiled
+
+    compiles = 0
+    real_compile = builtins.compile
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        nonlocal compiles
+        compiles += 1
+        return real_compile(*args, **kw)
+
+    monkeypatch.setattr(compiled, "compile", counting, raising=False)
+
+    def tag(i: int, doc: Doc) -> Doc:
+        doc.source[f"t{i}"] = i
+        return doc
+
+    steps = [partial(tag, i) for i in range(30)]
+    chain = compile_transforms(steps)
+    assert compiles <= len(steps) + 1
+    (doc,) = chain(Doc(Record("t", 0, 0, None, None, b"{}"), {}))
+    assert doc.source == {f"t{i}": i for i in range(30)}
+
+
+def test_a_user_object_answering_every_attribute_is_called_not_pasted_in() -> None:
+    class Proxy:
+        def __getattr__(self, name: str) -> Any:
+            return lambda *a, **k: None
+
+        def __call__(self, doc: Doc) -> Doc:
+            doc.source["seen"] = True
+            return doc
+
+    (doc,) = compile_transforms([Proxy()])(Doc(Record("t", 0, 0, None, None, b"{}"), {}))
+    assert doc.source == {"seen": True}
+
+
+def test_apply_transforms_runs_the_transforms_it_is_given_not_equal_ones() -> None:
+    """Its cache of compiled chains goes by identity: two transforms that compare equal
+    may still do different things."""
+    from dataclasses import dataclass, field
+
+    from flows.transforms import apply_transforms
+
+    @dataclass(frozen=True)
+    class Tag:
+        name: str
+        value: str = field(compare=False)
+
+        def __call__(self, doc: Doc) -> Doc:
+            doc.source[self.name] = self.value
+            return doc
+
+    def fresh() -> Doc:
+        return Doc(Record("t", 0, 0, None, None, b"{}"), {})
+
+    assert apply_transforms([Tag("env", "prod")], fresh())[0].source == {"env": "prod"}
+    assert apply_transforms([Tag("env", "staging")], fresh())[0].source == {"env": "staging"}
